@@ -1,0 +1,124 @@
+/*
+ * pyroundlib.h - the whole C ABI of libpyroundlib, in one header.
+ *
+ * A plain C99 interface (usable from C++ too) to pointwise kernels for PyTorch-style
+ * tensors: a round-half-to-even ("round") and the pointwise steps of the LLTM
+ * recurrent cell.  Every function takes raw pointers to contiguous, row-major
+ * buffers, 64-bit element counts, a dtype code and, for CUDA, a device index and a
+ * stream handle.  The library has no link to libtorch or libpython.
+ *
+ * Conventions
+ *   - Every computing function returns a prl_status; PRL_SUCCESS (0) is success.
+ *     prl_status_string() names a status, prl_last_error() gives the detail of the
+ *     calling thread's most recent failure (which argument, which CUDA error).
+ *   - No C++ exception crosses this boundary and the library never aborts the process.
+ *   - CUDA functions only enqueue work: they never synchronise the device or the
+ *     stream, so every call can be captured in a CUDA graph.  `device` is the CUDA
+ *     device index the pointers live on (-1: the calling thread's current device);
+ *     the function makes it current for the launch and restores the caller's device.
+ *     `stream` is a cudaStream_t of that device (NULL: the legacy default stream).
+ *   - A CUDA launch error is returned as PRL_ERROR_CUDA; an error of a kernel that
+ *     has already been enqueued surfaces, as in any CUDA program, at the next
+ *     synchronising call of the caller.
+ *   - Input and output buffers must not overlap, except that the round functions
+ *     accept x == y (in place).
+ *
+ *   - `dtype` is a prl_dtype code and status codes are prl_status values; both travel
+ *     as plain int so that any code a caller passes is well-defined to receive (an
+ *     unknown one returns PRL_ERROR_UNSUPPORTED_DTYPE / the name "PRL_UNKNOWN_STATUS").
+ *
+ * ABI versioning: PRL_ABI_VERSION is bumped whenever any signature or enum value
+ * changes; loaders compare prl_abi_version() with the version they were written for.
+ */
+#ifndef PYROUNDLIB_H_
+#define PYROUNDLIB_H_
+
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  if defined(PRL_BUILDING_LIBRARY)
+#    define PRL_API __declspec(dllexport)
+#  else
+#    define PRL_API __declspec(dllimport)
+#  endif
+#else
+#  define PRL_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PRL_ABI_VERSION 1
+
+typedef enum prl_status {
+    PRL_SUCCESS = 0,
+    PRL_ERROR_INVALID_ARGUMENT = 1,   /* null pointer with n > 0, negative size, ... */
+    PRL_ERROR_UNSUPPORTED_DTYPE = 2,  /* dtype code not in prl_dtype */
+    PRL_ERROR_CUDA = 3,               /* a CUDA runtime call or kernel launch failed */
+    PRL_ERROR_CUDA_NOT_COMPILED = 4,  /* a CUDA function was called on a CPU-only build */
+    PRL_ERROR_INTERNAL = 5            /* an unexpected C++ exception, caught at the boundary */
+} prl_status;
+
+typedef enum prl_dtype {
+    PRL_FLOAT32 = 0,
+    PRL_FLOAT64 = 1,
+    PRL_FLOAT16 = 2,   /* IEEE binary16; computed in float */
+    PRL_BFLOAT16 = 3   /* bfloat16; computed in float */
+} prl_dtype;
+
+/* ---- library information ------------------------------------------------------ */
+
+/* PRL_ABI_VERSION of the library that is loaded. */
+PRL_API int prl_abi_version(void);
+/* 1 if the CUDA functions are compiled in, 0 for a CPU-only build. */
+PRL_API int prl_has_cuda(void);
+/* The CUDA architectures compiled in, e.g. "75-real;80-real;90-real;90-virtual", or "" for CPU-only. */
+PRL_API const char *prl_cuda_architectures(void);
+/* A static, human-readable name for a status, e.g. "PRL_ERROR_INVALID_ARGUMENT". */
+PRL_API const char *prl_status_string(int status);
+/* The calling thread's most recent error message ("" if none). Valid until the
+ * thread's next failing call into the library. */
+PRL_API const char *prl_last_error(void);
+
+/* ---- round: y[i] = round-half-to-even(x[i]), i < n ----------------------------------
+ * Bit-for-bit torch.round: ties go to the even neighbour, -0.0, +-inf and NaN pass
+ * through, |x| beyond the type's integer range is returned unchanged. */
+PRL_API prl_status prl_round_cpu(const void *x, void *y, int64_t n, int dtype);
+PRL_API prl_status prl_round_cuda(const void *x, void *y, int64_t n, int dtype,
+                                  int device, void *stream);
+
+/* ---- LLTM pointwise forward -----------------------------------------------------------
+ * gates:    [batch, 3*state] = X @ W^T + b, chunks (input, output, candidate)
+ * old_cell: [batch, state]
+ * new_h, new_cell: [batch, state] (outputs)
+ *   i = sigmoid(g0), o = sigmoid(g1), c = elu(g2), new_cell = old_cell + c * i,
+ *   new_h = tanh(new_cell) * o */
+PRL_API prl_status prl_lltm_forward_cpu(const void *gates, const void *old_cell,
+                                        void *new_h, void *new_cell,
+                                        int64_t batch, int64_t state, int dtype);
+PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const void *old_cell,
+                                         void *new_h, void *new_cell,
+                                         int64_t batch, int64_t state, int dtype,
+                                         int device, void *stream);
+
+/* ---- LLTM pointwise backward ----------------------------------------------------------
+ * grad_h, grad_cell: [batch, state], gradients of new_h and new_cell; either may be
+ *   NULL, meaning zero.
+ * gates, old_cell: the forward's inputs (the activations are recomputed from them).
+ * d_gates: [batch, 3*state], d_old_cell: [batch, state] (outputs). */
+PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const void *grad_cell,
+                                         const void *gates, const void *old_cell,
+                                         void *d_gates, void *d_old_cell,
+                                         int64_t batch, int64_t state, int dtype);
+PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_cell,
+                                          const void *gates, const void *old_cell,
+                                          void *d_gates, void *d_old_cell,
+                                          int64_t batch, int64_t state, int dtype,
+                                          int device, void *stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PYROUNDLIB_H_ */

@@ -1,0 +1,73 @@
+// common.h - what every entry point shares: the error state, the exception barrier,
+// argument checks and the dtype dispatch.  Host code only.
+#pragma once
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include <exception>
+
+#include "pyroundlib.h"
+#include "scalar.h"
+
+namespace prl {
+
+// Record a failure for prl_last_error() (thread-local) and return its status.
+prl_status fail(prl_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+inline prl_status check_count(const char *fn, const char *arg, int64_t value) {
+    if (value < 0)
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument '%s' must be >= 0, got %lld", fn, arg,
+                    (long long)value);
+    return PRL_SUCCESS;
+}
+
+inline prl_status check_pointer(const char *fn, const char *arg, const void *p, int64_t n) {
+    if (p == nullptr && n > 0)
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is NULL but %lld elements were requested",
+                    fn, arg, (long long)n);
+    return PRL_SUCCESS;
+}
+
+// batch * state * 3 must fit in int64_t (the largest buffer an LLTM call indexes).
+prl_status check_lltm_sizes(const char *fn, int64_t batch, int64_t state);
+
+template <typename T> struct type_tag { using type = T; };
+
+// Calls f(type_tag<T>{}) with T the storage type of `dtype`.
+template <typename F> prl_status dispatch_dtype(const char *fn, int dtype, F &&f) {
+    switch (dtype) {
+        case PRL_FLOAT32: return f(type_tag<float>{});
+        case PRL_FLOAT64: return f(type_tag<double>{});
+        case PRL_FLOAT16: return f(type_tag<half_t>{});
+        case PRL_BFLOAT16: return f(type_tag<bfloat16_t>{});
+        default:
+            return fail(PRL_ERROR_UNSUPPORTED_DTYPE,
+                        "%s: argument 'dtype' is %d, not a prl_dtype code (0 float32, 1 float64, "
+                        "2 float16, 3 bfloat16)", fn, dtype);
+    }
+}
+
+}  // namespace prl
+
+#define PRL_TRY(expr)                                   \
+    do {                                                \
+        const prl_status prl_try_status_ = (expr);      \
+        if (prl_try_status_ != PRL_SUCCESS) return prl_try_status_; \
+    } while (0)
+
+// The exception barrier around every exported function body: nothing thrown inside
+// (std::bad_alloc, a bug) crosses the C ABI; it becomes PRL_ERROR_INTERNAL.
+#define PRL_API_BEGIN try {
+#define PRL_API_END                                                                          \
+    }                                                                                        \
+    catch (const std::exception &e) {                                                        \
+        return prl::fail(PRL_ERROR_INTERNAL, "%s: unexpected C++ exception: %s", __func__, e.what()); \
+    }                                                                                        \
+    catch (...) {                                                                            \
+        return prl::fail(PRL_ERROR_INTERNAL, "%s: unexpected unknown C++ exception", __func__); \
+    }

@@ -1,0 +1,93 @@
+// cuda_common.cuh - Caffe's kernel idiom with today's fixes, and the launch wrapper
+// every CUDA entry point goes through (device guard, launch-error check).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+#include "common.h"
+
+// Caffe's grid-stride loop (device_alternate.hpp), with the index type explicit:
+// Caffe's `int i` overflows past 2^31 elements, so the default here is int64_t.
+// Each thread starts at its global index and strides by the whole grid, so any grid
+// size covers any n, and the grid can be clamped to what the device keeps busy.
+#define PRL_CUDA_KERNEL_LOOP_TYPE(i, n, index_type)                                        \
+    for (index_type i = (index_type)blockIdx.x * blockDim.x + threadIdx.x,                 \
+                    prl_stride_##i = (index_type)blockDim.x * gridDim.x;                   \
+         i < (n); i += prl_stride_##i)
+#define PRL_CUDA_KERNEL_LOOP(i, n) PRL_CUDA_KERNEL_LOOP_TYPE(i, n, int64_t)
+
+namespace prl {
+
+constexpr int kCudaNumThreads = 256;  // Caffe's CAFFE_CUDA_NUM_THREADS, in a modern size
+constexpr int kBlocksPerSM = 8;       // 8 x 256 = 2048 resident threads per multiprocessor
+
+// Multiprocessor count of `device`, read once per device and cached.
+inline int multiprocessor_count(int device) {
+    constexpr int kMaxCached = 64;
+    static std::atomic<int> cache[kMaxCached];
+    if (device >= 0 && device < kMaxCached) {
+        const int cached = cache[device].load(std::memory_order_relaxed);
+        if (cached > 0) return cached;
+    }
+    int count = 0;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
+        (void)cudaGetLastError();
+        return 132;  // a safe guess: the grid-stride loop is correct for any grid size
+    }
+    if (device >= 0 && device < kMaxCached) cache[device].store(count, std::memory_order_relaxed);
+    return count;
+}
+
+// Caffe's CAFFE_GET_BLOCKS(n), clamped to the blocks the device runs at once.
+inline unsigned int cuda_blocks(int64_t n, int device) {
+    const int64_t wanted = (n + kCudaNumThreads - 1) / kCudaNumThreads;
+    const int64_t cap = (int64_t)multiprocessor_count(device) * kBlocksPerSM;
+    return (unsigned int)(wanted < 1 ? 1 : (wanted < cap ? wanted : cap));
+}
+
+inline prl_status cuda_fail(const char *fn, const char *what, cudaError_t err) {
+    (void)cudaGetLastError();  // clear the runtime's (non-sticky) last error
+    return fail(PRL_ERROR_CUDA, "%s: %s failed: %s (%s)", fn, what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+// Makes `device` current for the scope (-1: keep the current one) and restores the
+// caller's device afterwards, like c10::cuda::CUDAGuard.
+class DeviceGuard {
+  public:
+    explicit DeviceGuard(int device) {
+        error_ = cudaGetDevice(&previous_);
+        if (error_ != cudaSuccess) return;
+        device_ = device < 0 ? previous_ : device;
+        if (device_ != previous_) {
+            error_ = cudaSetDevice(device_);
+            changed_ = error_ == cudaSuccess;
+        }
+    }
+    ~DeviceGuard() {
+        if (changed_) (void)cudaSetDevice(previous_);
+    }
+    DeviceGuard(const DeviceGuard &) = delete;
+    DeviceGuard &operator=(const DeviceGuard &) = delete;
+    cudaError_t error() const { return error_; }
+    int device() const { return device_; }
+
+  private:
+    int previous_ = 0, device_ = 0;
+    bool changed_ = false;
+    cudaError_t error_ = cudaSuccess;
+};
+
+// Runs launch(device) on `device` and turns any launch error into a status.
+// Never synchronises: an error of the kernel itself appears at the caller's next sync.
+template <typename Launch> prl_status cuda_launch(const char *fn, int device, Launch &&launch) {
+    DeviceGuard guard(device);
+    if (guard.error() != cudaSuccess) return cuda_fail(fn, "selecting the CUDA device", guard.error());
+    launch(guard.device());
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return cuda_fail(fn, "the kernel launch", err);
+    return PRL_SUCCESS;
+}
+
+}  // namespace prl

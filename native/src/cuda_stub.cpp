@@ -1,0 +1,27 @@
+// cuda_stub.cpp - the CUDA entry points of a CPU-only build: each returns
+// PRL_ERROR_CUDA_NOT_COMPILED, so the ABI is the same whether or not CUDA was found.
+#include "common.h"
+
+namespace {
+prl_status not_compiled(const char *fn) {
+    return prl::fail(PRL_ERROR_CUDA_NOT_COMPILED,
+                     "%s: this libpyroundlib was built without CUDA; rebuild it on a machine with nvcc "
+                     "(cmake -DPYROUNDLIB_WITH_CUDA=ON) to run on GPU tensors", fn);
+}
+}  // namespace
+
+extern "C" {
+
+PRL_API prl_status prl_round_cuda(const void *, void *, int64_t, int, int, void *) { return not_compiled(__func__); }
+
+PRL_API prl_status prl_lltm_forward_cuda(const void *, const void *, void *, void *, int64_t, int64_t, int, int,
+                                         void *) {
+    return not_compiled(__func__);
+}
+
+PRL_API prl_status prl_lltm_backward_cuda(const void *, const void *, const void *, const void *, void *, void *,
+                                          int64_t, int64_t, int, int, void *) {
+    return not_compiled(__func__);
+}
+
+}  // extern "C"

@@ -1,0 +1,114 @@
+// scalar.h - element types and the arithmetic shared by the CPU loops and the CUDA kernels.
+//
+// Every per-element function in this library is written once, as a PRL_HD function
+// over an arithmetic type `acc_t<T>` (float for float32/float16/bfloat16 storage,
+// double for float64), and called from both a CPU loop and a CUDA grid-stride loop.
+// 16-bit storage types are plain structs of bits, so the CPU build needs no CUDA
+// header; on the device their conversions use the hardware instructions.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#  include <cuda_bf16.h>
+#  include <cuda_fp16.h>
+#  define PRL_HD __host__ __device__ __forceinline__
+#else
+#  define PRL_HD inline
+#endif
+
+namespace prl {
+
+struct half_t { uint16_t bits; };      // IEEE binary16 storage
+struct bfloat16_t { uint16_t bits; };  // bfloat16 storage
+
+template <typename T> struct acc_type { using type = T; };
+template <> struct acc_type<half_t> { using type = float; };
+template <> struct acc_type<bfloat16_t> { using type = float; };
+template <typename T> using acc_t = typename acc_type<T>::type;
+
+PRL_HD uint32_t float_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+PRL_HD float bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+// ---- binary16 <-> float (software on the host, one instruction on the device) ----
+PRL_HD float half_to_float(half_t h) {
+#if defined(__CUDA_ARCH__)
+    return __half2float(__ushort_as_half(h.bits));
+#else
+    const uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16;
+    const uint32_t exp = (h.bits >> 10) & 0x1fu, mant = h.bits & 0x3ffu;
+    if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf, NaN
+    if (exp == 0) {                                                             // zero, subnormal
+        const float mag = (float)mant * 5.9604644775390625e-8f;                // mant * 2^-24, exact
+        return bits_float(sign | float_bits(mag));
+    }
+    return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));             // rebias 15 -> 127
+#endif
+}
+
+PRL_HD half_t float_to_half(float f) {  // round to nearest, ties to even
+#if defined(__CUDA_ARCH__)
+    return half_t{__half_as_ushort(__float2half_rn(f))};
+#else
+    const uint32_t x = float_bits(f);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return half_t{(uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu))};  // NaN stays NaN
+    if (a >= 0x477ff000u) return half_t{(uint16_t)(sign | 0x7c00u)};  // >= 65520 (and inf) -> inf
+    if (a >= 0x38800000u) {                                           // normal binary16
+        const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
+        return half_t{(uint16_t)(sign | ((rounded - 0x38000000u) >> 13))};
+    }
+    if (a < 0x33000000u) return half_t{sign};  // below 2^-25: rounds to (signed) zero
+    // subnormal binary16: the value in units of 2^-24, rounded to nearest even
+    const uint32_t shift = 126u - (a >> 23);   // 14..24
+    const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t q = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
+    return half_t{(uint16_t)(sign | q)};
+#endif
+}
+
+// ---- bfloat16 <-> float ----------------------------------------------------------
+PRL_HD float bfloat16_to_float(bfloat16_t b) { return bits_float((uint32_t)b.bits << 16); }
+
+PRL_HD bfloat16_t float_to_bfloat16(float f) {  // round to nearest, ties to even
+#if defined(__CUDA_ARCH__)
+    return bfloat16_t{__bfloat16_as_ushort(__float2bfloat16_rn(f))};
+#else
+    const uint32_t x = float_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return bfloat16_t{(uint16_t)((x >> 16) | 0x40u)};  // quiet NaN
+    return bfloat16_t{(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+#endif
+}
+
+// ---- load a stored element into its arithmetic type, and store it back -------------
+PRL_HD float load(float v) { return v; }
+PRL_HD double load(double v) { return v; }
+PRL_HD float load(half_t v) { return half_to_float(v); }
+PRL_HD float load(bfloat16_t v) { return bfloat16_to_float(v); }
+
+template <typename T> PRL_HD T store(acc_t<T> v);
+template <> PRL_HD float store<float>(float v) { return v; }
+template <> PRL_HD double store<double>(double v) { return v; }
+template <> PRL_HD half_t store<half_t>(float v) { return float_to_half(v); }
+template <> PRL_HD bfloat16_t store<bfloat16_t>(float v) { return float_to_bfloat16(v); }
+
+// ---- math, overloaded so that the double path never uses a float-only function ------
+PRL_HD float rint_(float x) { return rintf(x); }
+PRL_HD double rint_(double x) { return rint(x); }
+PRL_HD float exp_(float x) { return expf(x); }
+PRL_HD double exp_(double x) { return exp(x); }
+PRL_HD float expm1_(float x) { return expm1f(x); }
+PRL_HD double expm1_(double x) { return expm1(x); }
+PRL_HD float tanh_(float x) { return tanhf(x); }
+PRL_HD double tanh_(double x) { return tanh(x); }
+
+template <typename A> PRL_HD A sigmoid(A x) { return A(1) / (A(1) + exp_(-x)); }
+template <typename A> PRL_HD A elu(A x) { return x > A(0) ? x : expm1_(x); }          // alpha = 1
+template <typename A> PRL_HD A d_elu(A x) { return x > A(0) ? A(1) : exp_(x); }       // d elu / dx
+
+}  // namespace prl

@@ -1,0 +1,159 @@
+/* abi_test.c - the C ABI used from plain C99, with no Python: results, statuses and
+ * messages.  Built by CMake (ctest: c_abi) and by tests/test_c_abi.py. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pyroundlib.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            ++failures;                                                    \
+        }                                                                  \
+    } while (0)
+
+/* The call returns `status` and its message mentions `needle`. */
+static void expect_error(prl_status got, prl_status status, const char *needle, int line) {
+    if (got != status) {
+        fprintf(stderr, "line %d: expected %s, got %s\n", line, prl_status_string(status), prl_status_string(got));
+        ++failures;
+    } else if (strstr(prl_last_error(), needle) == NULL) {
+        fprintf(stderr, "line %d: message \"%s\" does not mention \"%s\"\n", line, prl_last_error(), needle);
+        ++failures;
+    }
+}
+#define EXPECT_ERROR(call, status, needle) expect_error((call), (status), (needle), __LINE__)
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static void test_info(void) {
+    CHECK(prl_abi_version() == PRL_ABI_VERSION);
+    CHECK(prl_has_cuda() == 0 || prl_has_cuda() == 1);
+    CHECK(prl_cuda_architectures() != NULL);
+    CHECK(strcmp(prl_status_string(PRL_SUCCESS), "PRL_SUCCESS") == 0);
+    CHECK(strcmp(prl_status_string(PRL_ERROR_CUDA), "PRL_ERROR_CUDA") == 0);
+    CHECK(strcmp(prl_status_string(12345), "PRL_UNKNOWN_STATUS") == 0);
+}
+
+static void test_round_cpu(void) {
+    const float xf[] = {-2.5f, -1.5f, -0.5f, -0.4f, 0.0f, 0.5f, 0.6f, 1.5f, 2.5f, 1e30f, INFINITY};
+    const float want[] = {-2.0f, -2.0f, -0.0f, -0.0f, 0.0f, 0.0f, 1.0f, 2.0f, 2.0f, 1e30f, INFINITY};
+    const int n = (int)(sizeof xf / sizeof xf[0]);
+    float yf[sizeof xf / sizeof xf[0]];
+    memset(yf, 0xff, sizeof yf); /* NaN pattern: every element must be written */
+    CHECK(prl_round_cpu(xf, yf, n, PRL_FLOAT32) == PRL_SUCCESS);
+    for (int i = 0; i < n; ++i) CHECK(memcmp(&yf[i], &want[i], sizeof(float)) == 0); /* bitwise: -0.0 */
+
+    const double xd[] = {-0.5, 0.5, 1.5, 2.5, 4503599627370497.0, NAN};
+    double yd[6];
+    CHECK(prl_round_cpu(xd, yd, 6, PRL_FLOAT64) == PRL_SUCCESS);
+    CHECK(yd[0] == 0.0 && signbit(yd[0]) && yd[1] == 0.0 && yd[2] == 2.0 && yd[3] == 2.0);
+    CHECK(yd[4] == 4503599627370497.0 && isnan(yd[5]));
+
+    /* float16 bits: 0x3c00 = 1.0, 0x3e00 = 1.5 -> 0x4000 = 2.0, 0x4100 = 2.5 -> 0x4000, 0x3800 = 0.5 -> 0,
+     * 0xb800 = -0.5 -> -0 (0x8000), 0x7c00 = inf, 0x0001 = smallest subnormal -> 0 */
+    const uint16_t xh[] = {0x3c00, 0x3e00, 0x4100, 0x3800, 0xb800, 0x7c00, 0x0001};
+    const uint16_t wh[] = {0x3c00, 0x4000, 0x4000, 0x0000, 0x8000, 0x7c00, 0x0000};
+    uint16_t yh[7];
+    CHECK(prl_round_cpu(xh, yh, 7, PRL_FLOAT16) == PRL_SUCCESS);
+    for (int i = 0; i < 7; ++i) CHECK(yh[i] == wh[i]);
+
+    /* bfloat16 bits: 0x3fc0 = 1.5 -> 0x4000, 0x4020 = 2.5 -> 0x4000, 0xbfc0 = -1.5 -> 0xc000 */
+    const uint16_t xb[] = {0x3fc0, 0x4020, 0xbfc0};
+    const uint16_t wb[] = {0x4000, 0x4000, 0xc000};
+    uint16_t yb[3];
+    CHECK(prl_round_cpu(xb, yb, 3, PRL_BFLOAT16) == PRL_SUCCESS);
+    for (int i = 0; i < 3; ++i) CHECK(yb[i] == wb[i]);
+
+    /* in place */
+    float inplace[] = {0.5f, 1.5f};
+    CHECK(prl_round_cpu(inplace, inplace, 2, PRL_FLOAT32) == PRL_SUCCESS);
+    CHECK(inplace[0] == 0.0f && inplace[1] == 2.0f);
+}
+
+static void test_lltm_cpu(void) {
+    enum { B = 2, S = 3 };
+    double gates[B * 3 * S], old_cell[B * S], h[B * S], c[B * S];
+    for (int i = 0; i < B * 3 * S; ++i) gates[i] = 0.37 * i - 2.9;
+    for (int i = 0; i < B * S; ++i) old_cell[i] = 0.21 * i - 0.5;
+    CHECK(prl_lltm_forward_cpu(gates, old_cell, h, c, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+    for (int b = 0; b < B; ++b)
+        for (int s = 0; s < S; ++s) {
+            const double *g = gates + b * 3 * S + s;
+            const double cand = g[2 * S] > 0 ? g[2 * S] : expm1(g[2 * S]);
+            const double cell = old_cell[b * S + s] + cand * sigmoid(g[0]);
+            CHECK(fabs(c[b * S + s] - cell) < 1e-12);
+            CHECK(fabs(h[b * S + s] - tanh(cell) * sigmoid(g[S])) < 1e-12);
+        }
+
+    /* backward against central differences of the forward, for d(sum(new_h + 2 new_cell)) */
+    double grad_h[B * S], grad_cell[B * S], d_gates[B * 3 * S], d_cell[B * S];
+    for (int i = 0; i < B * S; ++i) { grad_h[i] = 1.0; grad_cell[i] = 2.0; }
+    CHECK(prl_lltm_backward_cpu(grad_h, grad_cell, gates, old_cell, d_gates, d_cell, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+    for (int i = 0; i < B * 3 * S; ++i) {
+        double plus = 0, minus = 0, saved = gates[i];
+        gates[i] = saved + 1e-6;
+        prl_lltm_forward_cpu(gates, old_cell, h, c, B, S, PRL_FLOAT64);
+        for (int k = 0; k < B * S; ++k) plus += h[k] + 2 * c[k];
+        gates[i] = saved - 1e-6;
+        prl_lltm_forward_cpu(gates, old_cell, h, c, B, S, PRL_FLOAT64);
+        for (int k = 0; k < B * S; ++k) minus += h[k] + 2 * c[k];
+        gates[i] = saved;
+        CHECK(fabs((plus - minus) / 2e-6 - d_gates[i]) < 1e-6);
+    }
+    /* NULL gradients mean zero */
+    CHECK(prl_lltm_backward_cpu(NULL, NULL, gates, old_cell, d_gates, d_cell, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+    for (int i = 0; i < B * 3 * S; ++i) CHECK(d_gates[i] == 0.0);
+}
+
+static void test_errors(void) {
+    float x[4] = {0}, y[4];
+    EXPECT_ERROR(prl_round_cpu(NULL, y, 4, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'x'");
+    EXPECT_ERROR(prl_round_cpu(x, NULL, 4, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'y'");
+    EXPECT_ERROR(prl_round_cpu(x, y, -1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'n'");
+    EXPECT_ERROR(prl_round_cpu(x, y, 4, 99), PRL_ERROR_UNSUPPORTED_DTYPE, "'dtype' is 99");
+    EXPECT_ERROR(prl_round_cpu(x, y, 4, -7), PRL_ERROR_UNSUPPORTED_DTYPE, "'dtype' is -7");
+    CHECK(prl_round_cpu(NULL, NULL, 0, PRL_FLOAT32) == PRL_SUCCESS); /* nothing to do */
+    EXPECT_ERROR(prl_lltm_forward_cpu(x, NULL, y, y, 1, 1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'old_cell'");
+    EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, -2, 1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'batch'");
+    EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, 1, -3, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'state'");
+    EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, INT64_MAX / 2, INT64_MAX / 2, PRL_FLOAT32),
+                 PRL_ERROR_INVALID_ARGUMENT, "overflows");
+    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, NULL, y, 1, 1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT,
+                 "'d_gates'");
+    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, y, y, 1, 1, 4), PRL_ERROR_UNSUPPORTED_DTYPE, "dtype");
+
+    /* CUDA entry points: argument checks first, then either a CPU-only build's status or success for n = 0
+     * (no CUDA call is made for n = 0, so this needs no GPU). */
+    if (prl_has_cuda()) {
+        EXPECT_ERROR(prl_round_cuda(NULL, y, 4, PRL_FLOAT32, -1, NULL), PRL_ERROR_INVALID_ARGUMENT, "'x'");
+        EXPECT_ERROR(prl_round_cuda(x, y, 4, 42, -1, NULL), PRL_ERROR_UNSUPPORTED_DTYPE, "42");
+        CHECK(prl_round_cuda(NULL, NULL, 0, PRL_FLOAT32, -1, NULL) == PRL_SUCCESS);
+        CHECK(prl_lltm_forward_cuda(NULL, NULL, NULL, NULL, 0, 5, PRL_FLOAT16, -1, NULL) == PRL_SUCCESS);
+        EXPECT_ERROR(prl_lltm_backward_cuda(NULL, NULL, x, x, y, NULL, 1, 1, PRL_FLOAT32, -1, NULL),
+                     PRL_ERROR_INVALID_ARGUMENT, "'d_old_cell'");
+    } else {
+        EXPECT_ERROR(prl_round_cuda(x, y, 4, PRL_FLOAT32, 0, NULL), PRL_ERROR_CUDA_NOT_COMPILED, "without CUDA");
+        EXPECT_ERROR(prl_lltm_forward_cuda(x, x, y, y, 1, 1, PRL_FLOAT32, 0, NULL), PRL_ERROR_CUDA_NOT_COMPILED,
+                     "prl_lltm_forward_cuda");
+        EXPECT_ERROR(prl_lltm_backward_cuda(x, x, x, x, y, y, 1, 1, PRL_FLOAT32, 0, NULL),
+                     PRL_ERROR_CUDA_NOT_COMPILED, "prl_lltm_backward_cuda");
+    }
+}
+
+int main(void) {
+    test_info();
+    test_round_cpu();
+    test_lltm_cpu();
+    test_errors();
+    if (failures) {
+        fprintf(stderr, "abi_test: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("abi_test: all checks passed (ABI %d, CUDA %s)\n", prl_abi_version(), prl_has_cuda() ? "yes" : "no");
+    return 0;
+}
