@@ -1,0 +1,142 @@
+"""The ctypes binding: one table of C signatures, and the library loader.
+
+Every function of ``native/include/pyroundlib.h`` is declared once in
+``_SIGNATURES``; the loader binds the table on first use (lazily, under a lock) and
+turns every non-zero status into an exception (``pyroundlib.errors``).  Declaring
+``argtypes`` matters: without it ctypes would pass a 64-bit stream handle or size
+as a 32-bit C int.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from ctypes import c_char_p, c_int, c_int64, c_void_p
+from pathlib import Path
+
+from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
+
+ABI_VERSION = 1  # must equal PRL_ABI_VERSION of the library loaded
+ENV_VAR = "PYROUNDLIB_LIBRARY"
+LIBRARY_FILE = {"win32": "pyroundlib.dll", "darwin": "libpyroundlib.dylib"}.get(sys.platform, "libpyroundlib.so")
+
+STATUS = "status"  # marks a function returning prl_status: non-zero raises
+
+_P = c_void_p  # any pointer, and the CUDA stream handle (cudaStream_t)
+_I64 = c_int64
+_INT = c_int
+
+# name                       restype   argtypes
+_SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
+    ("prl_abi_version",        _INT,     ()),
+    ("prl_has_cuda",           _INT,     ()),
+    ("prl_cuda_architectures", c_char_p, ()),
+    ("prl_status_string",      c_char_p, (_INT,)),
+    ("prl_last_error",         c_char_p, ()),
+    #                                    x   y   n     dtype [device stream]
+    ("prl_round_cpu",          STATUS,   (_P, _P, _I64, _INT)),
+    ("prl_round_cuda",         STATUS,   (_P, _P, _I64, _INT, _INT, _P)),
+    #                                    gates old_cell new_h new_cell batch state dtype [device stream]
+    ("prl_lltm_forward_cpu",   STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT)),
+    ("prl_lltm_forward_cuda",  STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
+    #                                    grad_h grad_cell gates old_cell d_gates d_old_cell batch state dtype [..]
+    ("prl_lltm_backward_cpu",  STATUS,   (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
+    ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
+)
+
+
+class Library:
+    """A loaded libpyroundlib: every function of the table is an attribute."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._dll = ctypes.CDLL(path)
+        self.abi_version = self._bind("prl_abi_version", _INT, ())()
+        if self.abi_version != ABI_VERSION:
+            raise LibraryLoadError(
+                f"{path} has ABI version {self.abi_version}, but this pyroundlib needs ABI version "
+                f"{ABI_VERSION}: rebuild the library with `make` (or point {ENV_VAR} at a matching build)")
+        for name, restype, argtypes in _SIGNATURES:
+            setattr(self, name, self._bind(name, restype, argtypes))
+        self.has_cuda = bool(self.prl_has_cuda())
+        archs = self.prl_cuda_architectures().decode()
+        self.cuda_architectures = [a for a in archs.split(",") if a]
+
+    def _bind(self, name, restype, argtypes):
+        try:
+            fn = getattr(self._dll, name)
+        except AttributeError:
+            raise LibraryLoadError(f"{self.path} does not export {name}: is it an older build? Rebuild with `make`")
+        fn.argtypes = argtypes
+        if restype is STATUS:
+            fn.restype = c_int
+            fn.errcheck = self._check_status
+        else:
+            fn.restype = restype
+        return fn
+
+    def _check_status(self, status, func, args):
+        if status != 0:
+            raise error_for_status(status, self.prl_status_string(status).decode(),
+                                   self.prl_last_error().decode(errors="replace"))
+        return status
+
+
+def error_for_status(status: int, name: str, message: str) -> PyRoundLibError:
+    cls = STATUS_ERRORS.get(status, PyRoundLibError)
+    return cls(f"{name}: {message}", status=status, status_name=name)
+
+
+def candidate_paths() -> list[str]:
+    """Where the library is looked for, in order.  PYROUNDLIB_LIBRARY, when set, is the only one."""
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return [override]
+    package_dir = Path(__file__).resolve().parent
+    return [str(package_dir / LIBRARY_FILE), str(package_dir.parent / "build" / LIBRARY_FILE)]
+
+
+def load_library() -> Library:
+    tried = []
+    for path in candidate_paths():
+        if not os.path.exists(path):
+            tried.append(f"  {path}: no such file")
+            continue
+        try:
+            return Library(path)
+        except LibraryLoadError:
+            raise
+        except OSError as e:
+            tried.append(f"  {path}: {e}")
+    raise LibraryLoadError(
+        "could not load the pyroundlib native library. Tried:\n" + "\n".join(tried) +
+        f"\nBuild it with `make` in the pyroundlib source tree, or set {ENV_VAR} to the path of "
+        f"{LIBRARY_FILE}.")
+
+
+_lock = threading.Lock()
+_library: Library | None = None
+
+
+def library() -> Library:
+    """The loaded library (loaded on first call; thread-safe)."""
+    global _library
+    lib = _library
+    if lib is None:
+        with _lock:
+            if _library is None:
+                _library = load_library()
+            lib = _library
+    return lib
+
+
+def library_info() -> dict:
+    """Path, ABI version and CUDA support of the loaded native library (loading it if needed)."""
+    lib = library()
+    return {
+        "path": lib.path,
+        "abi_version": lib.abi_version,
+        "cuda": lib.has_cuda,
+        "cuda_architectures": list(lib.cuda_architectures),
+    }

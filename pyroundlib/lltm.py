@@ -1,0 +1,151 @@
+"""The LLTM cell (PyTorch's C++/CUDA extension tutorial) with native pointwise steps.
+
+The matrix product stays in PyTorch (``gates = X @ W^T + b`` with ``X = [old_h, input]``);
+the pointwise forward and backward run in native kernels registered as the custom ops
+``pyroundlib::lltm_forward`` and ``pyroundlib::lltm_backward``.  The backward kernel
+recomputes the activations from ``gates`` and ``old_cell``, so the forward saves only
+``X``, ``weights``, ``gates`` and ``old_cell``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ._common import DTYPE_CODES, check_like, check_shape, check_tensor, launch, ptr
+
+
+def _check_pointwise(gates: Tensor, old_cell: Tensor) -> tuple[int, int]:
+    check_tensor("old_cell", old_cell)
+    check_like("gates", gates, "old_cell", old_cell)
+    if old_cell.dim() != 2:
+        raise ValueError(f"old_cell must be 2-D [batch, state], got shape {list(old_cell.shape)}")
+    batch, state = old_cell.shape
+    check_shape("gates", gates, (batch, 3 * state), "[batch, 3*state]")
+    return batch, state
+
+
+@torch.library.custom_op("pyroundlib::lltm_forward", mutates_args=())
+def lltm_forward_op(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    """Pointwise LLTM forward: (gates [B, 3S], old_cell [B, S]) -> (new_h, new_cell), each [B, S]."""
+    batch, state = _check_pointwise(gates, old_cell)
+    gates, old_cell = gates.contiguous(), old_cell.contiguous()
+    new_h, new_cell = torch.empty_like(old_cell), torch.empty_like(old_cell)
+    launch("lltm_forward", old_cell.device, gates.data_ptr(), old_cell.data_ptr(), new_h.data_ptr(),
+           new_cell.data_ptr(), batch, state, DTYPE_CODES[old_cell.dtype])
+    return new_h, new_cell
+
+
+@lltm_forward_op.register_fake
+def _lltm_forward_fake(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(old_cell, memory_format=torch.contiguous_format), \
+        torch.empty_like(old_cell, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("pyroundlib::lltm_backward", mutates_args=())
+def lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
+                     old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    """Pointwise LLTM backward: -> (d_gates [B, 3S], d_old_cell [B, S]).  A None gradient is zero."""
+    batch, state = _check_pointwise(gates, old_cell)
+    for name, grad in (("grad_h", grad_h), ("grad_cell", grad_cell)):
+        if grad is not None:
+            check_like(name, grad, "old_cell", old_cell)
+            check_shape(name, grad, (batch, state), "[batch, state]")
+    gates, old_cell = gates.contiguous(), old_cell.contiguous()
+    grad_h = grad_h.contiguous() if grad_h is not None else None
+    grad_cell = grad_cell.contiguous() if grad_cell is not None else None
+    d_gates, d_old_cell = torch.empty_like(gates), torch.empty_like(old_cell)
+    launch("lltm_backward", old_cell.device, ptr(grad_h), ptr(grad_cell), gates.data_ptr(), old_cell.data_ptr(),
+           d_gates.data_ptr(), d_old_cell.data_ptr(), batch, state, DTYPE_CODES[old_cell.dtype])
+    return d_gates, d_old_cell
+
+
+@lltm_backward_op.register_fake
+def _lltm_backward_fake(grad_h, grad_cell, gates, old_cell):
+    return torch.empty_like(gates, memory_format=torch.contiguous_format), \
+        torch.empty_like(old_cell, memory_format=torch.contiguous_format)
+
+
+class LLTMFunction(torch.autograd.Function):
+    """One LLTM step: (input, weights, bias, old_h, old_cell) -> (new_h, new_cell)."""
+
+    @staticmethod
+    def forward(ctx, input, weights, bias, old_h, old_cell):
+        X = torch.cat([old_h, input], dim=1)
+        gates = torch.addmm(bias, X, weights.t())
+        new_h, new_cell = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+        ctx.save_for_backward(X, weights, gates, old_cell)
+        ctx.set_materialize_grads(False)  # an unused output's gradient reaches C as NULL, not zeros
+        return new_h, new_cell
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_cell):
+        X, weights, gates, old_cell = ctx.saved_tensors
+        d_gates, d_old_cell = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+        need_input, need_weights, need_bias, need_old_h, _ = ctx.needs_input_grad
+        d_input = d_weights = d_bias = d_old_h = None
+        if need_weights:
+            d_weights = d_gates.t().mm(X)
+        if need_bias:
+            d_bias = d_gates.sum(dim=0)
+        if need_input or need_old_h:
+            d_X = d_gates.mm(weights)
+            state = old_cell.shape[1]
+            d_old_h, d_input = d_X[:, :state], d_X[:, state:]
+        return d_input, d_weights, d_bias, d_old_h, d_old_cell
+
+
+def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
+              old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    """One LLTM step.
+
+    input [B, I], weights [3S, S+I], bias [3S], old_h [B, S], old_cell [B, S], all of
+    one floating dtype (float32/float64/float16/bfloat16) on one device (CPU or CUDA).
+    Returns (new_h, new_cell), each [B, S].  Differentiable in every input.
+    """
+    check_tensor("input", input)
+    for name, value in (("weights", weights), ("bias", bias), ("old_h", old_h), ("old_cell", old_cell)):
+        check_like(name, value, "input", input)
+    if input.dim() != 2:
+        raise ValueError(f"input must be 2-D [batch, input_features], got shape {list(input.shape)}")
+    if old_h.dim() != 2:
+        raise ValueError(f"old_h must be 2-D [batch, state_size], got shape {list(old_h.shape)}")
+    batch, features = input.shape
+    state = old_h.shape[1]
+    check_shape("old_h", old_h, (batch, state), "[batch, state_size]")
+    check_shape("old_cell", old_cell, (batch, state), "[batch, state_size]")
+    check_shape("weights", weights, (3 * state, state + features), "[3*state_size, state_size+input_features]")
+    check_shape("bias", bias, (3 * state,), "[3*state_size]")
+    return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
+
+
+class LLTM(torch.nn.Module):
+    """The LLTM recurrent cell: ``forward(input, (h, c)) -> (new_h, new_cell)``.
+
+    Parameters ``weights`` [3*state_size, state_size+input_features] and ``bias``
+    [3*state_size], initialised uniform in +-1/sqrt(state_size) as in the tutorial.
+    """
+
+    def __init__(self, input_features: int, state_size: int, device=None, dtype=None):
+        super().__init__()
+        self.input_features = input_features
+        self.state_size = state_size
+        factory = {"device": device, "dtype": dtype}
+        self.weights = torch.nn.Parameter(torch.empty(3 * state_size, input_features + state_size, **factory))
+        self.bias = torch.nn.Parameter(torch.empty(3 * state_size, **factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        stdv = 1.0 / math.sqrt(self.state_size)
+        with torch.no_grad():
+            for weight in self.parameters():
+                weight.uniform_(-stdv, +stdv)
+
+    def forward(self, input: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        old_h, old_cell = state
+        return lltm_cell(input, self.weights, self.bias, old_h, old_cell)
+
+    def extra_repr(self) -> str:
+        return f"input_features={self.input_features}, state_size={self.state_size}"

@@ -1,0 +1,63 @@
+"""round_ste: a differentiable round (straight-through estimator).
+
+Forward: round half to even, bit-for-bit ``torch.round``, in a native kernel.
+Backward: the identity (the incoming gradient is returned as is, no kernel runs).
+
+Layers: ``pyroundlib::round`` is a torch.library custom op (native kernel + fake
+implementation, so torch.compile traces it); ``RoundSTEFunction`` gives it the
+straight-through gradient; ``round_ste`` checks arguments; ``RoundSTE`` is the module.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._common import DTYPE_CODES, check_tensor, launch
+
+
+@torch.library.custom_op("pyroundlib::round", mutates_args=())
+def round_op(x: Tensor) -> Tensor:
+    """Round half to even (no gradient): the native kernel behind ``round_ste``."""
+    check_tensor("x", x)
+    x = x.contiguous()  # kept alive until the (asynchronous) kernel is enqueued on x's stream
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    launch("round", x.device, x.data_ptr(), y.data_ptr(), x.numel(), DTYPE_CODES[x.dtype])
+    return y
+
+
+@round_op.register_fake
+def _round_fake(x: Tensor) -> Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+class RoundSTEFunction(torch.autograd.Function):
+    """Round in the forward pass; pass the gradient straight through in the backward."""
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        return torch.ops.pyroundlib.round(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> Tensor:
+        return grad_output
+
+
+def round_ste(x: Tensor) -> Tensor:
+    """Round ``x`` half to even, with a straight-through (identity) gradient.
+
+    x: any shape, float32/float64/float16/bfloat16, on CPU or CUDA. Returns a new
+    tensor of x's shape and dtype; x is not modified.
+    """
+    check_tensor("x", x)
+    return RoundSTEFunction.apply(x)
+
+
+class RoundSTE(torch.nn.Module):
+    """``round_ste`` as a layer, e.g. a binarising bottleneck after ``torch.sigmoid``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return round_ste(x)
