@@ -68,6 +68,20 @@ def _lltm_backward_fake(grad_h, grad_cell, gates, old_cell):
         torch.empty_like(old_cell, memory_format=torch.contiguous_format)
 
 
+def _lltm_forward_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _lltm_forward_backward(ctx, grad_h, grad_cell):
+    gates, old_cell = ctx.saved_tensors
+    return torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+
+
+# The pointwise op is differentiable on its own too (in gates and old_cell); the
+# backward op is not (no double backward).
+lltm_forward_op.register_autograd(_lltm_forward_backward, setup_context=_lltm_forward_setup)
+
+
 class LLTMFunction(torch.autograd.Function):
     """One LLTM step: (input, weights, bias, old_h, old_cell) -> (new_h, new_cell)."""
 

@@ -30,6 +30,15 @@ def _round_fake(x: Tensor) -> Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
+def _round_backward(ctx, grad: Tensor) -> Tensor:
+    # The op alone is torch.round, whose derivative is zero almost everywhere;
+    # the straight-through gradient is RoundSTEFunction's choice, made below.
+    return torch.zeros_like(grad)
+
+
+round_op.register_autograd(_round_backward)
+
+
 class RoundSTEFunction(torch.autograd.Function):
     """Round in the forward pass; pass the gradient straight through in the backward."""
 

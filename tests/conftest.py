@@ -1,0 +1,36 @@
+import pytest
+import torch
+
+import pyroundlib
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+CUDA = torch.cuda.is_available() and pyroundlib.library_info()["cuda"]
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU and a CUDA build of the library")
+requires_two_gpus = pytest.mark.skipif(not CUDA or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+
+# Tolerances for LLTM against the plain-PyTorch reference computed in the same dtype
+# (the GEMMs are identical; the pointwise math here runs in float for 16-bit types).
+TOLERANCES = {
+    torch.float64: dict(rtol=1e-10, atol=1e-12),
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=1e-2, atol=1e-2),
+    torch.bfloat16: dict(rtol=5e-2, atol=5e-2),
+}
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
+
+
+@pytest.fixture(params=DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seed():
+    torch.manual_seed(torch.seed() % 2**31)  # fresh data every run, reproducible from the printed seed
+    yield

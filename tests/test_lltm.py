@@ -1,0 +1,195 @@
+"""LLTM (native pointwise steps) against the tutorial's plain-PyTorch cell."""
+import math
+
+import pytest
+import torch
+
+import pyroundlib
+from pyroundlib import _common
+from pyroundlib.reference import lltm_cell_reference
+
+from conftest import TOLERANCES
+
+NAMES = ["input", "weights", "bias", "old_h", "old_cell"]
+
+
+def make_args(batch, features, state, dtype, device, requires_grad=True, scale=1.0):
+    shapes = [(batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
+    return [(torch.randn(s, dtype=torch.float64) * scale).to(dtype=dtype, device=device).requires_grad_(requires_grad)
+            for s in shapes]
+
+
+def clone_args(args):
+    return [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+
+
+def assert_matches(name, got, ref, truth):
+    """float32/float64: close to the reference in the same dtype.  float16/bfloat16: the
+    reference itself is off by its own rounding, so our error against the float64 truth
+    must be no worse than the reference's (plus a little)."""
+    dtype = got.dtype
+    if dtype in (torch.float32, torch.float64):
+        torch.testing.assert_close(got, ref, **TOLERANCES[dtype], msg=lambda m: f"{name}: {m}")
+        return
+    ours = (got.double() - truth).abs().max().item() if got.numel() else 0.0
+    theirs = (ref.double() - truth).abs().max().item() if ref.numel() else 0.0
+    assert ours <= 1.5 * theirs + TOLERANCES[dtype]["atol"], f"{name}: error {ours} vs reference's {theirs}"
+
+
+def check_against_reference(args):
+    ref_args = clone_args(args)
+    truth_args = [a.detach().double().requires_grad_() for a in args]
+    h, c = pyroundlib.lltm_cell(*args)
+    rh, rc = lltm_cell_reference(*ref_args)
+    th, tc = lltm_cell_reference(*truth_args)
+    assert_matches("new_h", h, rh, th.detach())
+    assert_matches("new_cell", c, rc, tc.detach())
+    gh, gc = torch.randn_like(h), torch.randn_like(c)
+    grads = torch.autograd.grad((h, c), args, (gh, gc))
+    ref_grads = torch.autograd.grad((rh, rc), ref_args, (gh, gc))
+    truth_grads = torch.autograd.grad((th, tc), truth_args, (gh.double(), gc.double()))
+    for name, g, rg, tg in zip(NAMES, grads, ref_grads, truth_grads):
+        assert_matches(f"gradient of {name}", g, rg, tg)
+
+
+@pytest.mark.parametrize("batch,features,state", [(1, 1, 1), (3, 5, 4), (16, 32, 128), (7, 13, 33), (64, 3, 257)])
+def test_matches_reference(device, dtype, batch, features, state):
+    check_against_reference(make_args(batch, features, state, dtype, device))
+
+
+def test_large_gate_values(device, dtype):
+    # saturated sigmoids/tanh, ELU deep in its negative branch
+    check_against_reference(make_args(8, 6, 10, dtype, device, scale=8.0))
+
+
+def test_empty_batch(device, dtype):
+    args = make_args(0, 4, 3, dtype, device)
+    h, c = pyroundlib.lltm_cell(*args)
+    assert h.shape == (0, 3) and c.shape == (0, 3)
+    (h.sum() + c.sum()).backward()
+    assert args[1].grad.shape == args[1].shape and torch.all(args[1].grad == 0)
+
+
+def test_non_contiguous_inputs(device, dtype):
+    batch, features, state = 5, 6, 7
+    args = make_args(batch, features, state, dtype, device, requires_grad=False)
+    views = [
+        torch.randn(features, batch, dtype=torch.float64).to(dtype=dtype, device=device).t(),     # transposed
+        args[1].t().contiguous().t(),                                                              # column-major
+        torch.randn(6 * state, dtype=torch.float64).to(dtype=dtype, device=device)[::2],          # strided
+        torch.randn(batch * state + 3, dtype=torch.float64).to(dtype=dtype, device=device)[3:].view(batch, state),
+        torch.randn(batch, 2 * state, dtype=torch.float64).to(dtype=dtype, device=device)[:, ::2],
+    ]
+    before = [v.clone() for v in views]
+    check_against_reference([v.requires_grad_() for v in views])
+    for v, b in zip(views, before):
+        assert torch.equal(v.detach(), b)  # inputs untouched
+
+
+@pytest.mark.parametrize("used", ["h", "cell"])
+def test_one_output_used(device, used):
+    # The other output's gradient reaches the native backward as NULL (zero).
+    args = make_args(4, 3, 5, torch.float64, device)
+    ref_args = clone_args(args)
+    out = pyroundlib.lltm_cell(*args)[0 if used == "h" else 1]
+    ref = lltm_cell_reference(*ref_args)[0 if used == "h" else 1]
+    (out * 2).sum().backward()
+    (ref * 2).sum().backward()
+    for name, a, r in zip(NAMES, args, ref_args):
+        assert_matches(name, a.grad, r.grad, r.grad)
+
+
+def test_partial_requires_grad(device):
+    args = make_args(4, 3, 5, torch.float64, device, requires_grad=False)
+    args[1].requires_grad_()
+    h, c = pyroundlib.lltm_cell(*args)
+    (gw,) = torch.autograd.grad(h.sum() + c.sum(), args[1])
+    ref_args = clone_args(args)
+    rh, rc = lltm_cell_reference(*ref_args)
+    (rgw,) = torch.autograd.grad(rh.sum() + rc.sum(), ref_args[1])
+    torch.testing.assert_close(gw, rgw)
+
+
+def test_gradcheck_float64(device):
+    args = make_args(3, 4, 5, torch.float64, device)
+    assert torch.autograd.gradcheck(pyroundlib.lltm_cell, args)
+    assert torch.autograd.gradcheck(lambda *a: pyroundlib.lltm_cell(*a)[0], args)
+
+
+def test_gradcheck_pointwise_op_float64(device):
+    gates = torch.randn(3, 12, dtype=torch.float64, device=device, requires_grad=True)
+    old_cell = torch.randn(3, 4, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(torch.ops.pyroundlib.lltm_forward, (gates, old_cell))
+
+
+def test_every_element_written(device, dtype):
+    batch, state = 37, 29
+    gates = torch.randn(batch, 3 * state, device=device).to(dtype)
+    old_cell = torch.randn(batch, state, device=device).to(dtype)
+    grad_h, grad_cell = torch.randn_like(old_cell), torch.randn_like(old_cell)
+    code = _common.DTYPE_CODES[dtype]
+    new_h, new_cell = torch.full_like(old_cell, math.nan), torch.full_like(old_cell, math.nan)
+    _common.launch("lltm_forward", gates.device, gates.data_ptr(), old_cell.data_ptr(), new_h.data_ptr(),
+                   new_cell.data_ptr(), batch, state, code)
+    d_gates, d_cell = torch.full_like(gates, math.nan), torch.full_like(old_cell, math.nan)
+    _common.launch("lltm_backward", gates.device, grad_h.data_ptr(), grad_cell.data_ptr(), gates.data_ptr(),
+                   old_cell.data_ptr(), d_gates.data_ptr(), d_cell.data_ptr(), batch, state, code)
+    eh, ec = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+    eg, edc = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+    for got, want in ((new_h, eh), (new_cell, ec), (d_gates, eg), (d_cell, edc)):
+        assert not torch.isnan(got).any()
+        assert torch.equal(got, want)
+
+
+def test_pointwise_ops_against_reference(device, dtype):
+    """The two custom ops alone, against autograd through the reference pointwise math in float64."""
+    batch, state = 6, 9
+    gates = torch.randn(batch, 3 * state, dtype=torch.float64, device=device) * 2
+    old_cell = torch.randn(batch, state, dtype=torch.float64, device=device)
+    g64, c64 = gates.clone().requires_grad_(), old_cell.clone().requires_grad_()
+    i, o, z = g64.chunk(3, dim=1)
+    rc = c64 + torch.nn.functional.elu(z) * torch.sigmoid(i)
+    rh = torch.tanh(rc) * torch.sigmoid(o)
+    gh, gc = torch.randn_like(rh), torch.randn_like(rc)
+    rdg, rdc = torch.autograd.grad((rh, rc), (g64, c64), (gh, gc))
+    h, c = torch.ops.pyroundlib.lltm_forward(gates.to(dtype), old_cell.to(dtype))
+    dg, dc = torch.ops.pyroundlib.lltm_backward(gh.to(dtype), gc.to(dtype), gates.to(dtype), old_cell.to(dtype))
+    tol = dict(TOLERANCES[dtype])
+    if dtype in (torch.float16, torch.bfloat16):  # inputs rounded to 16 bits before the math
+        tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.float16 else dict(rtol=8e-2, atol=8e-2)
+    for got, want in ((h, rh), (c, rc), (dg, rdg), (dc, rdc)):
+        torch.testing.assert_close(got.double(), want.detach(), **tol)
+
+
+def test_module(device, dtype):
+    torch.manual_seed(0)
+    cell = pyroundlib.LLTM(input_features=6, state_size=4).to(device=device, dtype=dtype)
+    assert cell.weights.shape == (12, 10) and cell.bias.shape == (12,)
+    bound = 1 / math.sqrt(4)
+    for p in cell.parameters():
+        assert p.abs().max() <= bound and p.abs().max() > bound / 4
+    x = torch.randn(3, 6, device=device, dtype=dtype)
+    h = torch.zeros(3, 4, device=device, dtype=dtype)
+    c = torch.zeros(3, 4, device=device, dtype=dtype)
+    for _ in range(3):
+        h, c = cell(x, (h, c))
+    (h.float().sum() + c.float().sum()).backward()
+    assert cell.weights.grad is not None and cell.bias.grad is not None
+    assert "input_features=6, state_size=4" in repr(cell)
+
+
+def test_module_factory_kwargs():
+    cell = pyroundlib.LLTM(3, 2, dtype=torch.float64)
+    assert cell.weights.dtype == torch.float64
+
+
+def test_opcheck_lltm_ops(device, dtype):
+    gates = torch.randn(3, 12, device=device, dtype=dtype)
+    old_cell = torch.randn(3, 4, device=device, dtype=dtype)
+    grad = torch.randn(3, 4, device=device, dtype=dtype)
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_forward.default, (gates, old_cell))
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_forward.default,
+                          (gates.clone().requires_grad_(), old_cell.clone().requires_grad_()))
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, grad, gates, old_cell))
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (None, grad, gates, old_cell))
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, None, gates, old_cell))
