@@ -39,7 +39,7 @@ def check_like(name: str, value: torch.Tensor, ref_name: str, ref: torch.Tensor)
 
 def check_shape(name: str, value: torch.Tensor, expected: tuple, meaning: str) -> None:
     if tuple(value.shape) != tuple(expected):
-        raise ValueError(f"{name} must have shape {meaning} = {list(expected)}, got {list(value.shape)}")
+        raise ValueError(f"{name} must have shape {list(expected)}, got {list(value.shape)}: {meaning}")
 
 
 def launch(op: str, device: torch.device, *args) -> None:

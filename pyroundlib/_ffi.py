@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import sys
 import threading
 from ctypes import c_char_p, c_int, c_int64, c_void_p
@@ -97,6 +98,28 @@ def candidate_paths() -> list[str]:
     return [str(package_dir / LIBRARY_FILE), str(package_dir.parent / "build" / LIBRARY_FILE)]
 
 
+def check_elf_extents(path: str) -> None:
+    """Refuse an ELF file shorter than its own headers say: dlopen() maps such a
+    (truncated) file and the process dies of SIGBUS instead of getting an error."""
+    with open(path, "rb") as f:
+        header = f.read(64)
+        size = os.fstat(f.fileno()).st_size
+        if len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+            return  # not a 64-bit little-endian ELF file: dlopen() itself reports what is wrong
+        (phoff, shoff), (phentsize, phnum, shentsize, shnum) = (struct.unpack_from("<QQ", header, 32),
+                                                                 struct.unpack_from("<HHHH", header, 54))
+        end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+        if end <= size and phentsize >= 56:
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+                if p_type == 1:  # PT_LOAD
+                    end = max(end, p_offset + p_filesz)
+        if end > size:
+            raise OSError(f"truncated ELF file: {size} bytes, but its headers describe {end} bytes")
+
+
 def load_library() -> Library:
     tried = []
     for path in candidate_paths():
@@ -104,6 +127,7 @@ def load_library() -> Library:
             tried.append(f"  {path}: no such file")
             continue
         try:
+            check_elf_extents(path)
             return Library(path)
         except LibraryLoadError:
             raise

@@ -128,10 +128,12 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
         raise ValueError(f"old_h must be 2-D [batch, state_size], got shape {list(old_h.shape)}")
     batch, features = input.shape
     state = old_h.shape[1]
-    check_shape("old_h", old_h, (batch, state), "[batch, state_size]")
-    check_shape("old_cell", old_cell, (batch, state), "[batch, state_size]")
-    check_shape("weights", weights, (3 * state, state + features), "[3*state_size, state_size+input_features]")
-    check_shape("bias", bias, (3 * state,), "[3*state_size]")
+    sizes = f"(batch={batch}, input_features={features} from input; state_size={state} from old_h)"
+    check_shape("old_h", old_h, (batch, state), f"[batch, state_size] {sizes}")
+    check_shape("old_cell", old_cell, (batch, state), f"[batch, state_size] {sizes}")
+    check_shape("weights", weights, (3 * state, state + features),
+                f"[3*state_size, state_size+input_features] {sizes}")
+    check_shape("bias", bias, (3 * state,), f"[3*state_size] {sizes}")
     return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
 
 

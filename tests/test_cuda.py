@@ -1,0 +1,154 @@
+"""CUDA-only behaviour: streams, CUDA graphs, several GPUs, more than 2^31 elements.
+Skipped cleanly where there is no GPU (or no CUDA build of the library)."""
+import pytest
+import torch
+
+import pyroundlib
+from pyroundlib.reference import lltm_cell_reference
+
+from conftest import requires_cuda, requires_two_gpus
+
+pytestmark = requires_cuda
+
+
+def lltm_inputs(batch, features, state, device="cuda", dtype=torch.float32):
+    shapes = [(batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
+    return [torch.randn(s, device=device, dtype=dtype) for s in shapes]
+
+
+def test_runs_on_the_current_stream():
+    """The producer of x is held back on a side stream; if the kernel ran on any other
+    stream it would read x before it was written.  Only that stream is synchronised."""
+    side = torch.cuda.Stream()
+    data = torch.randn(1 << 20, device="cuda") * 4
+    args = lltm_inputs(64, 32, 128)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x = torch.zeros_like(data)
+        lltm_args = [torch.zeros_like(a) for a in args]
+        torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time on this stream
+        x.copy_(data)
+        for dst, src in zip(lltm_args, args):
+            dst.copy_(src)
+        y = pyroundlib.round_ste(x)
+        h, c = pyroundlib.lltm_cell(*lltm_args)
+    side.synchronize()  # this stream only, no device-wide sync
+    assert torch.equal(y, torch.round(data))
+    rh, rc = lltm_cell_reference(*args)
+    torch.testing.assert_close(h, rh)
+    torch.testing.assert_close(c, rc)
+
+
+def test_backward_on_a_side_stream():
+    side = torch.cuda.Stream()
+    args = [a.requires_grad_() for a in lltm_inputs(16, 8, 32)]
+    ref_args = [a.detach().clone().requires_grad_() for a in args]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        h, c = pyroundlib.lltm_cell(*args)
+        grads = torch.autograd.grad(h.sum() + 2 * c.sum(), args)
+    side.synchronize()
+    rh, rc = lltm_cell_reference(*ref_args)
+    ref_grads = torch.autograd.grad(rh.sum() + 2 * rc.sum(), ref_args)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r)
+
+
+def test_cuda_graph_capture_and_replay():
+    x = torch.randn(4096, device="cuda") * 3
+    args = lltm_inputs(8, 16, 32)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the capture, as torch.cuda.graphs advises
+        pyroundlib.round_ste(x)
+        pyroundlib.lltm_cell(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = pyroundlib.round_ste(x)
+        h, c = pyroundlib.lltm_cell(*args)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x) * 3)
+        for a in args:
+            a.copy_(torch.randn_like(a))
+        graph.replay()
+        torch.cuda.current_stream().synchronize()
+        assert torch.equal(y, torch.round(x))
+        rh, rc = lltm_cell_reference(*args)
+        torch.testing.assert_close(h, rh)
+        torch.testing.assert_close(c, rc)
+
+
+def test_cuda_graph_of_a_training_step():
+    cell = pyroundlib.LLTM(16, 32).cuda()
+    x, h, c = (torch.randn(8, n, device="cuda") for n in (16, 32, 32))
+    loss_fn = lambda: (pyroundlib.round_ste(torch.sigmoid(cell(x, (h, c))[0])).sum())  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        loss_fn().backward()
+    torch.cuda.current_stream().wait_stream(side)
+    cell.zero_grad(set_to_none=False)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = loss_fn()
+        loss.backward()
+    cell.zero_grad(set_to_none=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    w_grad = cell.weights.grad.clone()
+    ref = cell.weights.detach().clone().requires_grad_()
+    rh, _ = lltm_cell_reference(x, ref, cell.bias.detach(), h, c)
+    (torch.round(torch.sigmoid(rh)) - torch.sigmoid(rh)).detach().add(torch.sigmoid(rh)).sum().backward()
+    torch.testing.assert_close(w_grad, ref.grad)
+
+
+@requires_two_gpus
+def test_second_device_while_first_is_current():
+    torch.cuda.set_device(0)
+    x = torch.randn(10000, device="cuda:1") * 5
+    args = lltm_inputs(8, 16, 32, device="cuda:1")
+    with torch.cuda.stream(torch.cuda.Stream("cuda:1")):  # a current stream on cuda:1 that is not its default
+        y = pyroundlib.round_ste(x)
+        h, c = pyroundlib.lltm_cell(*args)
+    torch.cuda.synchronize(1)
+    assert torch.cuda.current_device() == 0  # the library restored the caller's device
+    assert y.device == torch.device("cuda:1")
+    assert torch.equal(y, torch.round(x))
+    rh, rc = lltm_cell_reference(*args)
+    torch.testing.assert_close(h, rh)
+    torch.testing.assert_close(c, rc)
+
+
+def test_more_than_2_31_elements():
+    n = 2**31 + 4099
+    free, _ = torch.cuda.mem_get_info()
+    if free < 3 * 2 * n + (1 << 30):
+        pytest.skip("needs ~13 GiB of free GPU memory")
+    x = torch.empty(n, device="cuda", dtype=torch.float16)
+    x.uniform_(-100, 100)
+    x[-4096:] = torch.arange(4096, device="cuda", dtype=torch.float16) / 4 - 512  # ties near the end
+    y = pyroundlib.round_ste(x)
+    assert torch.equal(y, torch.round(x))  # all elements, including those past 2^31
+    del x, y
+    torch.cuda.empty_cache()
+
+
+def test_lltm_64_bit_indexing():
+    """batch * 3 * state past 2^32: the kernels switch to 64-bit indices."""
+    batch, state = 1_450_000, 1024  # 1.48e9 cell elements, 4.45e9 gate elements
+    free, _ = torch.cuda.mem_get_info()
+    if free < 2 * batch * state * 12 + (2 << 30):
+        pytest.skip("needs ~40 GiB of free GPU memory")
+    gates = torch.empty(batch, 3 * state, device="cuda", dtype=torch.float16).uniform_(-3, 3)
+    old_cell = torch.empty(batch, state, device="cuda", dtype=torch.float16).uniform_(-1, 1)
+    h, c = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+    tail = slice(batch - 3, batch)  # rows whose indices overflow 32 bits
+    eh, ec = torch.ops.pyroundlib.lltm_forward(gates[tail].clone(), old_cell[tail].clone())
+    assert torch.equal(h[tail], eh) and torch.equal(c[tail], ec)
+    del h, c
+    dg, dc = torch.ops.pyroundlib.lltm_backward(None, old_cell, gates, old_cell)
+    edg, edc = torch.ops.pyroundlib.lltm_backward(None, old_cell[tail].clone(), gates[tail].clone(),
+                                                  old_cell[tail].clone())
+    assert torch.equal(dg[tail], edg) and torch.equal(dc[tail], edc)

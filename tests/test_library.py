@@ -1,0 +1,109 @@
+"""The native library itself: loading, what it links and exports, the C ABI from C."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import pyroundlib
+from pyroundlib import _ffi
+
+ROOT = Path(__file__).resolve().parent.parent
+LIB = Path(pyroundlib.library_info()["path"])
+
+
+def test_library_info():
+    info = pyroundlib.library_info()
+    assert Path(info["path"]).exists()
+    assert info["abi_version"] == pyroundlib.ABI_VERSION == 1
+    assert isinstance(info["cuda"], bool)
+    if info["cuda"]:
+        assert any(a.startswith("90") for a in info["cuda_architectures"])  # H100/H200
+    assert pyroundlib.__version__
+
+
+def test_missing_library_names_the_path(monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere" / "libpyroundlib.so"
+    monkeypatch.setenv(_ffi.ENV_VAR, str(missing))
+    with pytest.raises(pyroundlib.LibraryLoadError) as info:
+        _ffi.load_library()
+    message = str(info.value)
+    assert str(missing) in message and "no such file" in message and "make" in message
+
+
+def test_missing_library_in_a_fresh_process(tmp_path):
+    env = dict(os.environ, PYROUNDLIB_LIBRARY=str(tmp_path / "missing.so"))
+    code = "import torch, pyroundlib; pyroundlib.round_ste(torch.ones(2))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "LibraryLoadError" in proc.stderr and str(tmp_path / "missing.so") in proc.stderr
+
+
+def test_not_a_library(monkeypatch, tmp_path):
+    bogus = tmp_path / "libpyroundlib.so"
+    bogus.write_bytes(LIB.read_bytes()[:4096])  # a truncated ELF file
+    monkeypatch.setenv(_ffi.ENV_VAR, str(bogus))
+    with pytest.raises(pyroundlib.LibraryLoadError, match=str(bogus)):
+        _ffi.load_library()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_other_abi_version(monkeypatch, tmp_path):
+    src = tmp_path / "fake.c"
+    src.write_text("int prl_abi_version(void) { return 999; }\n")
+    lib = tmp_path / "libfake.so"
+    subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    monkeypatch.setenv(_ffi.ENV_VAR, str(lib))
+    with pytest.raises(pyroundlib.LibraryLoadError, match="ABI version 999.*needs ABI version 1"):
+        _ffi.load_library()
+
+
+def test_status_becomes_exception_with_message():
+    lib = _ffi.library()
+    with pytest.raises(pyroundlib.InvalidArgumentError, match=r"PRL_ERROR_INVALID_ARGUMENT: prl_round_cpu: .*'x'"):
+        lib.prl_round_cpu(None, None, 5, 0)
+    with pytest.raises(pyroundlib.UnsupportedDtypeError, match="'dtype' is 17"):
+        lib.prl_round_cpu(None, None, 0, 17)
+    with pytest.raises(ValueError):  # the classes are also the built-in kinds
+        lib.prl_round_cpu(None, None, -1, 0)
+
+
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="needs ldd")
+def test_links_neither_libtorch_nor_libpython():
+    out = subprocess.run(["ldd", str(LIB)], capture_output=True, text=True, check=True).stdout
+    for forbidden in ("libtorch", "libc10", "libpython", "libcudart"):
+        assert forbidden not in out, f"{LIB} links {forbidden}:\n{out}"
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm")
+def test_exports_only_the_api():
+    out = subprocess.run(["nm", "-D", "--defined-only", str(LIB)], capture_output=True, text=True, check=True).stdout
+    symbols = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+    header = (ROOT / "native" / "include" / "pyroundlib.h").read_text()
+    assert symbols, out
+    for sym in symbols:
+        assert sym.startswith("prl_"), f"{sym} is exported but is not part of the API"
+        assert f"{sym}(" in header
+    assert {name for name, _, _ in _ffi._SIGNATURES} == set(symbols)  # the table covers the whole ABI
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_c_program_uses_the_abi_without_python(tmp_path):
+    exe = tmp_path / "abi_test"
+    subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", str(ROOT / "tests" / "c" / "abi_test.c"),
+                    "-I", str(ROOT / "native" / "include"), str(LIB), f"-Wl,-rpath,{LIB.parent}", "-lm",
+                    "-o", str(exe)], check=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "all checks passed" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_header_is_valid_cpp(tmp_path):
+    src = tmp_path / "use.cpp"
+    src.write_text('#include "pyroundlib.h"\nint main() { return prl_abi_version() == PRL_ABI_VERSION ? 0 : 1; }\n')
+    subprocess.run(["c++", "-std=c++11", "-Wall", "-Werror", "-fsyntax-only", "-I", str(ROOT / "native" / "include"),
+                    str(src)], check=True)
