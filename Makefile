@@ -24,7 +24,7 @@ deps:
 	@$(PYTHON) -c "import pytest, hypothesis, numpy" 2>/dev/null || $(PYTHON) -m pip install -q -r requirements-test.txt
 
 demo: build deps
-	$(PYTHON) examples/demo.py
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) examples/demo.py
 
 test: build deps
 	cd $(BUILD_DIR) && ctest --output-on-failure
