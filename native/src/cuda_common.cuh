@@ -47,6 +47,11 @@ inline unsigned int cuda_blocks(int64_t n, int device) {
     return (unsigned int)(wanted < 1 ? 1 : (wanted < cap ? wanted : cap));
 }
 
+// Elements per 16-byte access for storage type T.
+template <typename T> constexpr int kVec16 = 16 / (int)sizeof(T);
+
+inline bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 inline prl_status cuda_fail(const char *fn, const char *what, cudaError_t err) {
     (void)cudaGetLastError();  // clear the runtime's (non-sticky) last error
     return fail(PRL_ERROR_CUDA, "%s: %s failed: %s (%s)", fn, what, cudaGetErrorName(err), cudaGetErrorString(err));

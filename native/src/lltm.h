@@ -31,33 +31,58 @@ PRL_HD void lltm_backward_math(A grad_h, A grad_cell, A g_in, A g_out, A g_cand,
     d_cand = d_cell * input_gate * d_elu(g_cand);
 }
 
-// Element (row, col) of the cell, row < batch, col < state; the gates row is 3*state wide.
-template <typename T, typename I>
-PRL_HD void lltm_forward_element(I row, I col, I state, const T *gates, const T *old_cell, T *new_h,
-                                 T *new_cell) {
+// V consecutive columns col..col+V-1 of row `row` of the cell (row < batch,
+// col + V <= state); a gates row is 3*state wide.  The CPU loops call it with V = 1,
+// the CUDA kernels with V = 16 / sizeof(T) when the sizes and pointers allow.
+template <int V, typename T, typename I>
+PRL_HD void lltm_forward_cols(I row, I col, I state, const T *gates, const T *old_cell, T *new_h, T *new_cell) {
     using A = acc_t<T>;
     const T *g = gates + row * 3 * state + col;
     const I k = row * state + col;
-    A h, c;
-    lltm_forward_math<A>(load(g[0]), load(g[state]), load(g[2 * state]), load(old_cell[k]), h, c);
-    new_h[k] = store<T>(h);
-    new_cell[k] = store<T>(c);
+    const Vec<T, V> gi = load_vec<V>(g), go = load_vec<V>(g + state), gc = load_vec<V>(g + 2 * state),
+                    oc = load_vec<V>(old_cell + k);
+    Vec<T, V> h, c;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < V; ++j) {
+        A hj, cj;
+        lltm_forward_math<A>(load(gi.v[j]), load(go.v[j]), load(gc.v[j]), load(oc.v[j]), hj, cj);
+        h.v[j] = store<T>(hj);
+        c.v[j] = store<T>(cj);
+    }
+    store_vec<V>(new_h + k, h);
+    store_vec<V>(new_cell + k, c);
 }
 
-template <typename T, typename I>
-PRL_HD void lltm_backward_element(I row, I col, I state, const T *grad_h, const T *grad_cell,
-                                  const T *gates, const T *old_cell, T *d_gates, T *d_old_cell) {
+// grad_h / grad_cell may be NULL: a zero gradient.
+template <int V, typename T, typename I>
+PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *grad_cell, const T *gates,
+                               const T *old_cell, T *d_gates, T *d_old_cell) {
     using A = acc_t<T>;
     const I k = row * state + col, g = row * 3 * state + col;
-    const A gh = grad_h ? load(grad_h[k]) : A(0);
-    const A gc = grad_cell ? load(grad_cell[k]) : A(0);
-    A d_in, d_out, d_cand, d_cell;
-    lltm_backward_math<A>(gh, gc, load(gates[g]), load(gates[g + state]), load(gates[g + 2 * state]),
-                          load(old_cell[k]), d_in, d_out, d_cand, d_cell);
-    d_gates[g] = store<T>(d_in);
-    d_gates[g + state] = store<T>(d_out);
-    d_gates[g + 2 * state] = store<T>(d_cand);
-    d_old_cell[k] = store<T>(d_cell);
+    const Vec<T, V> gi = load_vec<V>(gates + g), go = load_vec<V>(gates + g + state),
+                    gc = load_vec<V>(gates + g + 2 * state), oc = load_vec<V>(old_cell + k);
+    Vec<T, V> gh{}, gcell{};
+    if (grad_h) gh = load_vec<V>(grad_h + k);
+    if (grad_cell) gcell = load_vec<V>(grad_cell + k);
+    Vec<T, V> di, dout, dc, dcell;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < V; ++j) {
+        A a_in, a_out, a_cand, a_cell;
+        lltm_backward_math<A>(grad_h ? load(gh.v[j]) : A(0), grad_cell ? load(gcell.v[j]) : A(0), load(gi.v[j]),
+                              load(go.v[j]), load(gc.v[j]), load(oc.v[j]), a_in, a_out, a_cand, a_cell);
+        di.v[j] = store<T>(a_in);
+        dout.v[j] = store<T>(a_out);
+        dc.v[j] = store<T>(a_cand);
+        dcell.v[j] = store<T>(a_cell);
+    }
+    store_vec<V>(d_gates + g, di);
+    store_vec<V>(d_gates + g + state, dout);
+    store_vec<V>(d_gates + g + 2 * state, dc);
+    store_vec<V>(d_old_cell + k, dcell);
 }
 
 inline prl_status check_lltm_forward_args(const char *fn, const void *gates, const void *old_cell,

@@ -11,7 +11,7 @@ extern "C" PRL_API prl_status prl_lltm_forward_cpu(const void *gates, const void
         using T = typename decltype(tag)::type;
         for (int64_t row = 0; row < batch; ++row)
             for (int64_t col = 0; col < state; ++col)
-                prl::lltm_forward_element<T, int64_t>(row, col, state, static_cast<const T *>(gates),
+                prl::lltm_forward_cols<1, T, int64_t>(row, col, state, static_cast<const T *>(gates),
                                                       static_cast<const T *>(old_cell), static_cast<T *>(new_h),
                                                       static_cast<T *>(new_cell));
         return PRL_SUCCESS;
@@ -29,7 +29,7 @@ extern "C" PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const vo
         using T = typename decltype(tag)::type;
         for (int64_t row = 0; row < batch; ++row)
             for (int64_t col = 0; col < state; ++col)
-                prl::lltm_backward_element<T, int64_t>(
+                prl::lltm_backward_cols<1, T, int64_t>(
                     row, col, state, static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
                     static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
                     static_cast<T *>(d_old_cell));

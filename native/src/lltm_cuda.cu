@@ -1,8 +1,9 @@
 // lltm_cuda.cu - prl_lltm_forward_cuda, prl_lltm_backward_cuda.
 //
-// One thread per element of the [batch, state] cell, in a grid-stride loop.  The
-// row/column split costs a division per element: 32-bit when every index fits
-// (the usual case), 64-bit otherwise.
+// The grid-stride loop runs over groups of V consecutive columns of the [batch, state]
+// cell: V = 16 / sizeof(T) (one 16-byte access per operand) when state is a multiple
+// of V and every buffer is 16-byte aligned, else V = 1.  The row/column split costs a
+// division per group: 32-bit when every index fits (the usual case), else 64-bit.
 #include <limits>
 
 #include "cuda_common.cuh"
@@ -10,30 +11,50 @@
 
 namespace {
 
-template <typename T, typename I>
+template <typename T, int V, typename I>
 __global__ void lltm_forward_kernel(const T *__restrict__ gates, const T *__restrict__ old_cell, T *__restrict__ new_h,
-                                    T *__restrict__ new_cell, I n, I state) {
-    PRL_CUDA_KERNEL_LOOP_TYPE(k, n, I) {
-        const I row = k / state;
-        prl::lltm_forward_element<T, I>(row, k - row * state, state, gates, old_cell, new_h, new_cell);
+                                    T *__restrict__ new_cell, I groups, I state) {
+    const I groups_per_row = state / V;
+    PRL_CUDA_KERNEL_LOOP_TYPE(k, groups, I) {
+        const I row = k / groups_per_row;
+        prl::lltm_forward_cols<V, T, I>(row, (k - row * groups_per_row) * V, state, gates, old_cell, new_h, new_cell);
     }
 }
 
-template <typename T, typename I>
+template <typename T, int V, typename I>
 __global__ void lltm_backward_kernel(const T *__restrict__ grad_h, const T *__restrict__ grad_cell,
                                      const T *__restrict__ gates, const T *__restrict__ old_cell,
-                                     T *__restrict__ d_gates, T *__restrict__ d_old_cell, I n, I state) {
-    PRL_CUDA_KERNEL_LOOP_TYPE(k, n, I) {
-        const I row = k / state;
-        prl::lltm_backward_element<T, I>(row, k - row * state, state, grad_h, grad_cell, gates, old_cell, d_gates,
-                                         d_old_cell);
+                                     T *__restrict__ d_gates, T *__restrict__ d_old_cell, I groups, I state) {
+    const I groups_per_row = state / V;
+    PRL_CUDA_KERNEL_LOOP_TYPE(k, groups, I) {
+        const I row = k / groups_per_row;
+        prl::lltm_backward_cols<V, T, I>(row, (k - row * groups_per_row) * V, state, grad_h, grad_cell, gates,
+                                         old_cell, d_gates, d_old_cell);
     }
 }
 
-// 32-bit indexing is safe when the largest index (3n) plus one grid stride stays below 2^32.
-inline bool fits_uint32(int64_t n, int device) {
-    const int64_t stride = (int64_t)prl::cuda_blocks(n, device) * prl::kCudaNumThreads;
-    return 3 * n + stride < (int64_t)std::numeric_limits<uint32_t>::max();
+// Picks the vector width and the index type, then calls
+// launch(Vec<V>{}, index_type{}, groups, blocks).
+template <typename T, typename Launch>
+void dispatch_lltm(int64_t batch, int64_t state, bool all_aligned, int device, Launch &&launch) {
+    constexpr int V = prl::kVec16<T>;
+    const bool vectorise = all_aligned && state % V == 0;
+    const int64_t groups = batch * state / (vectorise ? V : 1);
+    const unsigned int blocks = prl::cuda_blocks(groups, device);
+    // 32-bit indices are safe when the largest index (3 * batch * state) plus a grid stride stays below 2^32
+    const bool small = 3 * batch * state + (int64_t)blocks * prl::kCudaNumThreads <
+                       (int64_t)std::numeric_limits<uint32_t>::max();
+    auto go = [&](auto vec, auto index) { launch(vec, index, groups, blocks); };
+    if (vectorise && small) go(std::integral_constant<int, V>{}, uint32_t{});
+    else if (vectorise) go(std::integral_constant<int, V>{}, int64_t{});
+    else if (small) go(std::integral_constant<int, 1>{}, uint32_t{});
+    else go(std::integral_constant<int, 1>{}, int64_t{});
+}
+
+bool all_aligned16(std::initializer_list<const void *> pointers) {
+    for (const void *p : pointers)
+        if (p != nullptr && !prl::aligned16(p)) return false;
+    return true;
 }
 
 }  // namespace
@@ -46,19 +67,16 @@ extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const voi
     PRL_TRY(prl::check_lltm_forward_args(fn, gates, old_cell, new_h, new_cell, batch, state));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const int64_t n = batch * state;
-        if (n == 0) return PRL_SUCCESS;
+        if (batch * state == 0) return PRL_SUCCESS;
         return prl::cuda_launch(fn, device, [&](int dev) {
-            const unsigned int blocks = prl::cuda_blocks(n, dev);
-            auto s = static_cast<cudaStream_t>(stream);
-            auto g = static_cast<const T *>(gates);
-            auto c = static_cast<const T *>(old_cell);
-            if (fits_uint32(n, dev))
-                lltm_forward_kernel<T, uint32_t><<<blocks, prl::kCudaNumThreads, 0, s>>>(
-                    g, c, static_cast<T *>(new_h), static_cast<T *>(new_cell), (uint32_t)n, (uint32_t)state);
-            else
-                lltm_forward_kernel<T, int64_t><<<blocks, prl::kCudaNumThreads, 0, s>>>(
-                    g, c, static_cast<T *>(new_h), static_cast<T *>(new_cell), n, state);
+            const bool aligned = all_aligned16({gates, old_cell, new_h, new_cell});
+            dispatch_lltm<T>(batch, state, aligned, dev, [&](auto vec, auto index, int64_t groups, unsigned blocks) {
+                using I = decltype(index);
+                lltm_forward_kernel<T, decltype(vec)::value, I>
+                    <<<blocks, prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                        static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(new_h),
+                        static_cast<T *>(new_cell), (I)groups, (I)state);
+            });
         });
     });
     PRL_API_END
@@ -73,22 +91,17 @@ extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const v
     PRL_TRY(prl::check_lltm_backward_args(fn, gates, old_cell, d_gates, d_old_cell, batch, state));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const int64_t n = batch * state;
-        if (n == 0) return PRL_SUCCESS;
+        if (batch * state == 0) return PRL_SUCCESS;
         return prl::cuda_launch(fn, device, [&](int dev) {
-            const unsigned int blocks = prl::cuda_blocks(n, dev);
-            auto s = static_cast<cudaStream_t>(stream);
-            auto gh = static_cast<const T *>(grad_h);
-            auto gc = static_cast<const T *>(grad_cell);
-            auto g = static_cast<const T *>(gates);
-            auto c = static_cast<const T *>(old_cell);
-            if (fits_uint32(n, dev))
-                lltm_backward_kernel<T, uint32_t><<<blocks, prl::kCudaNumThreads, 0, s>>>(
-                    gh, gc, g, c, static_cast<T *>(d_gates), static_cast<T *>(d_old_cell), (uint32_t)n,
-                    (uint32_t)state);
-            else
-                lltm_backward_kernel<T, int64_t><<<blocks, prl::kCudaNumThreads, 0, s>>>(
-                    gh, gc, g, c, static_cast<T *>(d_gates), static_cast<T *>(d_old_cell), n, state);
+            const bool aligned = all_aligned16({grad_h, grad_cell, gates, old_cell, d_gates, d_old_cell});
+            dispatch_lltm<T>(batch, state, aligned, dev, [&](auto vec, auto index, int64_t groups, unsigned blocks) {
+                using I = decltype(index);
+                lltm_backward_kernel<T, decltype(vec)::value, I>
+                    <<<blocks, prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                        static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
+                        static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
+                        static_cast<T *>(d_old_cell), (I)groups, (I)state);
+            });
         });
     });
     PRL_API_END

@@ -97,6 +97,27 @@ template <> PRL_HD double store<double>(double v) { return v; }
 template <> PRL_HD half_t store<half_t>(float v) { return float_to_half(v); }
 template <> PRL_HD bfloat16_t store<bfloat16_t>(float v) { return float_to_bfloat16(v); }
 
+// ---- V consecutive elements, moved as one access (16 bytes on the GPU) ------------------
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
+
+template <int V, typename T> PRL_HD Vec<T, V> load_vec(const T *p) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const Vec<T, V> *>(p);  // one LDG.128 when V * sizeof(T) == 16
+#else
+    Vec<T, V> r;
+    memcpy(&r, p, sizeof r);  // no aliasing questions on the host; compiles to plain loads
+    return r;
+#endif
+}
+
+template <int V, typename T> PRL_HD void store_vec(T *p, const Vec<T, V> &value) {
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<Vec<T, V> *>(p) = value;
+#else
+    memcpy(p, &value, sizeof value);
+#endif
+}
+
 // ---- math, overloaded so that the double path never uses a float-only function ------
 PRL_HD float rint_(float x) { return rintf(x); }
 PRL_HD double rint_(double x) { return rint(x); }
