@@ -42,17 +42,56 @@ def check_shape(name: str, value: torch.Tensor, expected: tuple, meaning: str) -
         raise ValueError(f"{name} must have shape {list(expected)}, got {list(value.shape)}: {meaning}")
 
 
+class Kernel:
+    """The CPU and CUDA entry points of one op, bound to the library on first call.
+
+    ``kernel(t, *args)`` calls ``prl_<name>_cpu(*args)`` or, for a CUDA tensor ``t``,
+    ``prl_<name>_cuda(*args, device_index, stream)`` with the current stream of ``t``'s
+    own device; the library makes that device current around the launch.
+    """
+
+    __slots__ = ("name", "_cpu", "_cuda")
+
+    def __init__(self, name: str):
+        self.name = name
+        self._cpu = self._cuda = None
+
+    def _bind(self):
+        lib = _ffi.library()
+        self._cpu, self._cuda = getattr(lib, f"prl_{self.name}_cpu"), getattr(lib, f"prl_{self.name}_cuda")
+
+    def __call__(self, t: torch.Tensor, *args) -> None:
+        if self._cpu is None:
+            self._bind()
+        if t.is_cuda:
+            index = t.get_device()
+            self._cuda(*args, index, _raw_stream(index))
+        elif t.is_cpu:
+            self._cpu(*args)
+        else:
+            raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")
+
+
 def launch(op: str, device: torch.device, *args) -> None:
-    """Call ``prl_<op>_cpu(*args)`` or, on CUDA, ``prl_<op>_cuda(*args, device_index, stream)``
-    on the current stream of the tensor's own device (the library guards the device)."""
-    lib = _ffi.library()
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        getattr(lib, f"prl_{op}_cuda")(*args, index, _raw_stream(index))
-    elif device.type == "cpu":
-        getattr(lib, f"prl_{op}_cpu")(*args)
-    else:
-        raise ValueError(f"pyroundlib has no kernel for device {device}")
+    """Call op's kernel on ``device`` (for tests and tools; the ops hold their Kernel)."""
+    Kernel(op)(torch.empty(0, device=device), *args)
+
+
+_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+_is_compiling = torch.compiler.is_compiling
+
+
+def plain_eager(*tensors: torch.Tensor) -> bool:
+    """True when a native kernel may be called directly, skipping the torch.library
+    dispatcher (~10 us a call): eager mode, no dispatch mode active, and only plain
+    tensors (not FakeTensor, FunctionalTensor or other subclasses that tracing uses).
+    Otherwise the call goes through the registered custom op."""
+    if _is_compiling() or _dispatch_stack_len():
+        return False
+    for t in tensors:
+        if t is not None and type(t) is not torch.Tensor:
+            return False
+    return True
 
 
 def ptr(t: torch.Tensor | None) -> int | None:

@@ -14,7 +14,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, check_like, check_shape, check_tensor, launch, ptr
+from ._common import DTYPE_CODES, SUPPORTED_DEVICES, Kernel, check_like, check_shape, check_tensor, plain_eager, ptr
+
+_forward_kernel = Kernel("lltm_forward")
+_backward_kernel = Kernel("lltm_backward")
 
 
 def _check_pointwise(gates: Tensor, old_cell: Tensor) -> tuple[int, int]:
@@ -27,15 +30,32 @@ def _check_pointwise(gates: Tensor, old_cell: Tensor) -> tuple[int, int]:
     return batch, state
 
 
+def _lltm_forward(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    gates, old_cell = gates.contiguous(), old_cell.contiguous()
+    new_h, new_cell = torch.empty_like(old_cell), torch.empty_like(old_cell)
+    batch, state = old_cell.shape
+    _forward_kernel(old_cell, gates.data_ptr(), old_cell.data_ptr(), new_h.data_ptr(), new_cell.data_ptr(),
+                    batch, state, DTYPE_CODES[old_cell.dtype])
+    return new_h, new_cell
+
+
+def _lltm_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
+                   old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    gates, old_cell = gates.contiguous(), old_cell.contiguous()
+    grad_h = grad_h.contiguous() if grad_h is not None else None
+    grad_cell = grad_cell.contiguous() if grad_cell is not None else None
+    d_gates, d_old_cell = torch.empty_like(gates), torch.empty_like(old_cell)
+    batch, state = old_cell.shape
+    _backward_kernel(old_cell, ptr(grad_h), ptr(grad_cell), gates.data_ptr(), old_cell.data_ptr(),
+                     d_gates.data_ptr(), d_old_cell.data_ptr(), batch, state, DTYPE_CODES[old_cell.dtype])
+    return d_gates, d_old_cell
+
+
 @torch.library.custom_op("pyroundlib::lltm_forward", mutates_args=())
 def lltm_forward_op(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
     """Pointwise LLTM forward: (gates [B, 3S], old_cell [B, S]) -> (new_h, new_cell), each [B, S]."""
-    batch, state = _check_pointwise(gates, old_cell)
-    gates, old_cell = gates.contiguous(), old_cell.contiguous()
-    new_h, new_cell = torch.empty_like(old_cell), torch.empty_like(old_cell)
-    launch("lltm_forward", old_cell.device, gates.data_ptr(), old_cell.data_ptr(), new_h.data_ptr(),
-           new_cell.data_ptr(), batch, state, DTYPE_CODES[old_cell.dtype])
-    return new_h, new_cell
+    _check_pointwise(gates, old_cell)
+    return _lltm_forward(gates, old_cell)
 
 
 @lltm_forward_op.register_fake
@@ -53,13 +73,7 @@ def lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gate
         if grad is not None:
             check_like(name, grad, "old_cell", old_cell)
             check_shape(name, grad, (batch, state), "[batch, state]")
-    gates, old_cell = gates.contiguous(), old_cell.contiguous()
-    grad_h = grad_h.contiguous() if grad_h is not None else None
-    grad_cell = grad_cell.contiguous() if grad_cell is not None else None
-    d_gates, d_old_cell = torch.empty_like(gates), torch.empty_like(old_cell)
-    launch("lltm_backward", old_cell.device, ptr(grad_h), ptr(grad_cell), gates.data_ptr(), old_cell.data_ptr(),
-           d_gates.data_ptr(), d_old_cell.data_ptr(), batch, state, DTYPE_CODES[old_cell.dtype])
-    return d_gates, d_old_cell
+    return _lltm_backward(grad_h, grad_cell, gates, old_cell)
 
 
 @lltm_backward_op.register_fake
@@ -89,7 +103,10 @@ class LLTMFunction(torch.autograd.Function):
     def forward(ctx, input, weights, bias, old_h, old_cell):
         X = torch.cat([old_h, input], dim=1)
         gates = torch.addmm(bias, X, weights.t())
-        new_h, new_cell = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+        if plain_eager(gates, old_cell):
+            new_h, new_cell = _lltm_forward(gates, old_cell)
+        else:
+            new_h, new_cell = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
         ctx.save_for_backward(X, weights, gates, old_cell)
         ctx.set_materialize_grads(False)  # an unused output's gradient reaches C as NULL, not zeros
         return new_h, new_cell
@@ -97,7 +114,10 @@ class LLTMFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h, grad_cell):
         X, weights, gates, old_cell = ctx.saved_tensors
-        d_gates, d_old_cell = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+        if plain_eager(grad_h, grad_cell, gates, old_cell):
+            d_gates, d_old_cell = _lltm_backward(grad_h, grad_cell, gates, old_cell)
+        else:
+            d_gates, d_old_cell = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
         need_input, need_weights, need_bias, need_old_h, _ = ctx.needs_input_grad
         d_input = d_weights = d_bias = d_old_h = None
         if need_weights:
@@ -111,14 +131,8 @@ class LLTMFunction(torch.autograd.Function):
         return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
 
-def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
-              old_cell: Tensor) -> tuple[Tensor, Tensor]:
-    """One LLTM step.
-
-    input [B, I], weights [3S, S+I], bias [3S], old_h [B, S], old_cell [B, S], all of
-    one floating dtype (float32/float64/float16/bfloat16) on one device (CPU or CUDA).
-    Returns (new_h, new_cell), each [B, S].  Differentiable in every input.
-    """
+def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
+    """Raise TypeError/ValueError naming the first bad argument."""
     check_tensor("input", input)
     for name, value in (("weights", weights), ("bias", bias), ("old_h", old_h), ("old_cell", old_cell)):
         check_like(name, value, "input", input)
@@ -134,7 +148,42 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     check_shape("weights", weights, (3 * state, state + features),
                 f"[3*state_size, state_size+input_features] {sizes}")
     check_shape("bias", bias, (3 * state,), f"[3*state_size] {sizes}")
-    return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
+
+
+def _lltm_args_ok(input, weights, bias, old_h, old_cell) -> bool:
+    """The common case in one expression (a few us cheaper than _check_lltm_args)."""
+    try:
+        dtype, device = input.dtype, input.device
+        batch, features = input.shape
+        _, state = old_h.shape
+        return (dtype in DTYPE_CODES and device.type in SUPPORTED_DEVICES
+                and weights.dtype == dtype and bias.dtype == dtype and old_h.dtype == dtype and old_cell.dtype == dtype
+                and weights.shape == (3 * state, state + features) and bias.shape == (3 * state,)
+                and old_h.shape == (batch, state) and old_cell.shape == (batch, state)
+                and weights.device == device and bias.device == device and old_h.device == device
+                and old_cell.device == device)
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
+              old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    """One LLTM step.
+
+    input [B, I], weights [3S, S+I], bias [3S], old_h [B, S], old_cell [B, S], all of
+    one floating dtype (float32/float64/float16/bfloat16) on one device (CPU or CUDA).
+    Returns (new_h, new_cell), each [B, S].  Differentiable in every input.
+    """
+    if not _lltm_args_ok(input, weights, bias, old_h, old_cell):
+        _check_lltm_args(input, weights, bias, old_h, old_cell)
+    if torch.is_grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
+                                    or old_h.requires_grad or old_cell.requires_grad):
+        return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
+    # inference: no autograd node, nothing saved
+    gates = torch.addmm(bias, torch.cat([old_h, input], dim=1), weights.t())
+    if plain_eager(gates, old_cell):
+        return _lltm_forward(gates, old_cell)
+    return torch.ops.pyroundlib.lltm_forward(gates, old_cell)
 
 
 class LLTM(torch.nn.Module):

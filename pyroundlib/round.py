@@ -6,28 +6,35 @@ Backward: the identity (the incoming gradient is returned as is, no kernel runs)
 Layers: ``pyroundlib::round`` is a torch.library custom op (native kernel + fake
 implementation, so torch.compile traces it); ``RoundSTEFunction`` gives it the
 straight-through gradient; ``round_ste`` checks arguments; ``RoundSTE`` is the module.
+In eager mode the kernel is called directly (``plain_eager``), skipping the dispatcher.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, check_tensor, launch
+from ._common import DTYPE_CODES, Kernel, check_tensor, plain_eager
+
+_round_kernel = Kernel("round")
+
+
+def _round(x: Tensor) -> Tensor:
+    x = x.contiguous()  # a copy, if one is made, lives until the kernel is enqueued on x's stream
+    y = torch.empty_like(x)
+    _round_kernel(x, x.data_ptr(), y.data_ptr(), x.numel(), DTYPE_CODES[x.dtype])
+    return y
 
 
 @torch.library.custom_op("pyroundlib::round", mutates_args=())
 def round_op(x: Tensor) -> Tensor:
-    """Round half to even (no gradient): the native kernel behind ``round_ste``."""
+    """Round half to even: the native kernel behind ``round_ste``, as a torch op."""
     check_tensor("x", x)
-    x = x.contiguous()  # kept alive until the (asynchronous) kernel is enqueued on x's stream
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    launch("round", x.device, x.data_ptr(), y.data_ptr(), x.numel(), DTYPE_CODES[x.dtype])
-    return y
+    return _round(x)
 
 
 @round_op.register_fake
 def _round_fake(x: Tensor) -> Tensor:
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def _round_backward(ctx, grad: Tensor) -> Tensor:
@@ -44,7 +51,7 @@ class RoundSTEFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor) -> Tensor:
-        return torch.ops.pyroundlib.round(x)
+        return _round(x) if plain_eager(x) else torch.ops.pyroundlib.round(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -62,7 +69,9 @@ def round_ste(x: Tensor) -> Tensor:
     tensor of x's shape and dtype; x is not modified.
     """
     check_tensor("x", x)
-    return RoundSTEFunction.apply(x)
+    if x.requires_grad and torch.is_grad_enabled():
+        return RoundSTEFunction.apply(x)
+    return _round(x) if plain_eager(x) else torch.ops.pyroundlib.round(x)
 
 
 class RoundSTE(torch.nn.Module):

@@ -69,3 +69,28 @@ def test_compiled_functions_directly(device):
 def test_compile_reduce_overhead_cuda():
     # CUDA graphs: a kernel launched on the wrong stream gives silently wrong results here
     compare("cuda", mode="reduce-overhead")
+
+
+def test_dispatch_modes_see_the_custom_ops(device):
+    """Eager calls skip the dispatcher for speed, but not when a dispatch mode (a
+    profiler, FlopCounter, a tracer) is active: then it sees pyroundlib's ops."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(5, device=device)
+    cell = pyroundlib.LLTM(3, 4).to(device)
+    with Recorder() as rec:
+        pyroundlib.round_ste(x)
+        h, c = cell(torch.randn(2, 3, device=device), (torch.randn(2, 4, device=device),) * 2)
+        (h.sum() + c.sum()).backward()
+    assert "pyroundlib.round.default" in rec.ops
+    assert "pyroundlib.lltm_forward.default" in rec.ops
+    assert "pyroundlib.lltm_backward.default" in rec.ops

@@ -24,16 +24,21 @@ def clone_args(args):
 
 
 def assert_matches(name, got, ref, truth):
-    """float32/float64: close to the reference in the same dtype.  float16/bfloat16: the
-    reference itself is off by its own rounding, so our error against the float64 truth
-    must be no worse than the reference's (plus a little)."""
-    dtype = got.dtype
-    if dtype in (torch.float32, torch.float64):
-        torch.testing.assert_close(got, ref, **TOLERANCES[dtype], msg=lambda m: f"{name}: {m}")
+    """float64: close to the reference.  Other dtypes: both we and the reference are off
+    by rounding (and sums of hundreds of rounded terms in the GEMMs), so our error against
+    the float64 truth must be no worse than twice the reference's, plus a tolerance
+    relative to the values' magnitude."""
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    if got.numel() == 0:
         return
-    ours = (got.double() - truth).abs().max().item() if got.numel() else 0.0
-    theirs = (ref.double() - truth).abs().max().item() if ref.numel() else 0.0
-    assert ours <= 1.5 * theirs + TOLERANCES[dtype]["atol"], f"{name}: error {ours} vs reference's {theirs}"
+    scale = max(1.0, truth.abs().max().item())
+    if got.dtype == torch.float64:
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12 * scale, msg=lambda m: f"{name}: {m}")
+        return
+    ours = (got.double() - truth).abs().max().item()
+    theirs = (ref.double() - truth).abs().max().item()
+    limit = 2 * theirs + TOLERANCES[got.dtype]["atol"] * scale
+    assert ours <= limit, f"{name}: error {ours} vs the reference's {theirs} (limit {limit}, scale {scale})"
 
 
 def check_against_reference(args):

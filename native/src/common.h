@@ -10,6 +10,15 @@
 #include "pyroundlib.h"
 #include "scalar.h"
 
+// The CPU loops are built twice, for AVX2+FMA (x86-64-v3) and for the x86-64 baseline;
+// the dynamic loader picks one per machine (GCC function multi-versioning, an ifunc).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
+    !defined(PRL_NO_MULTIVERSION)
+#define PRL_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define PRL_CPU_CLONES
+#endif
+
 namespace prl {
 
 // Record a failure for prl_last_error() (thread-local) and return its status.

@@ -55,24 +55,26 @@ PRL_HD void lltm_forward_cols(I row, I col, I state, const T *gates, const T *ol
     store_vec<V>(new_cell + k, c);
 }
 
-// grad_h / grad_cell may be NULL: a zero gradient.
-template <int V, typename T, typename I>
-PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *grad_cell, const T *gates,
-                               const T *old_cell, T *d_gates, T *d_old_cell) {
+// grad_h / grad_cell may be NULL: a zero gradient.  has_h / has_cell say whether they
+// are there: a plain bool on the GPU (a uniform branch), a std::integral_constant on
+// the CPU, where a compile-time answer keeps the loop free of branches (vectorisable).
+template <int V, typename T, typename I, typename FlagH, typename FlagCell>
+PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *grad_cell, FlagH has_h,
+                               FlagCell has_cell, const T *gates, const T *old_cell, T *d_gates, T *d_old_cell) {
     using A = acc_t<T>;
     const I k = row * state + col, g = row * 3 * state + col;
     const Vec<T, V> gi = load_vec<V>(gates + g), go = load_vec<V>(gates + g + state),
                     gc = load_vec<V>(gates + g + 2 * state), oc = load_vec<V>(old_cell + k);
     Vec<T, V> gh{}, gcell{};
-    if (grad_h) gh = load_vec<V>(grad_h + k);
-    if (grad_cell) gcell = load_vec<V>(grad_cell + k);
+    if (has_h) gh = load_vec<V>(grad_h + k);
+    if (has_cell) gcell = load_vec<V>(grad_cell + k);
     Vec<T, V> di, dout, dc, dcell;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int j = 0; j < V; ++j) {
         A a_in, a_out, a_cand, a_cell;
-        lltm_backward_math<A>(grad_h ? load(gh.v[j]) : A(0), grad_cell ? load(gcell.v[j]) : A(0), load(gi.v[j]),
+        lltm_backward_math<A>(has_h ? load(gh.v[j]) : A(0), has_cell ? load(gcell.v[j]) : A(0), load(gi.v[j]),
                               load(go.v[j]), load(gc.v[j]), load(oc.v[j]), a_in, a_out, a_cand, a_cell);
         di.v[j] = store<T>(a_in);
         dout.v[j] = store<T>(a_out);

@@ -1,19 +1,44 @@
 // lltm_cpu.cpp - prl_lltm_forward_cpu, prl_lltm_backward_cpu.
+//
+// Plain row/column loops over the per-column functions of lltm.h (V = 1).  The inner
+// loop has no branches and its pointers are __restrict (the ABI forbids overlapping
+// buffers), so GCC vectorises it (see also the CPU flags in CMakeLists.txt).
+#include <type_traits>
+
 #include "lltm.h"
 
+namespace {
+
+template <typename T>
+PRL_CPU_CLONES void forward_rows(int64_t batch, int64_t state, const T *__restrict gates, const T *__restrict old_cell,
+                  T *__restrict new_h, T *__restrict new_cell) {
+    for (int64_t row = 0; row < batch; ++row)
+        for (int64_t col = 0; col < state; ++col)
+            prl::lltm_forward_cols<1, T, int64_t>(row, col, state, gates, old_cell, new_h, new_cell);
+}
+
+// has_h / has_cell: std::true_type or std::false_type, so no branch is left in the loop.
+template <typename T, typename FlagH, typename FlagCell>
+PRL_CPU_CLONES void backward_rows(int64_t batch, int64_t state, const T *__restrict grad_h, const T *__restrict grad_cell,
+                   FlagH has_h, FlagCell has_cell, const T *__restrict gates, const T *__restrict old_cell,
+                   T *__restrict d_gates, T *__restrict d_old_cell) {
+    for (int64_t row = 0; row < batch; ++row)
+        for (int64_t col = 0; col < state; ++col)
+            prl::lltm_backward_cols<1, T, int64_t>(row, col, state, grad_h, grad_cell, has_h, has_cell, gates,
+                                                   old_cell, d_gates, d_old_cell);
+}
+
+}  // namespace
+
 extern "C" PRL_API prl_status prl_lltm_forward_cpu(const void *gates, const void *old_cell, void *new_h,
-                                                   void *new_cell, int64_t batch, int64_t state,
-                                                   int dtype) {
+                                                   void *new_cell, int64_t batch, int64_t state, int dtype) {
     PRL_API_BEGIN
     const char *fn = __func__;
     PRL_TRY(prl::check_lltm_forward_args(fn, gates, old_cell, new_h, new_cell, batch, state));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        for (int64_t row = 0; row < batch; ++row)
-            for (int64_t col = 0; col < state; ++col)
-                prl::lltm_forward_cols<1, T, int64_t>(row, col, state, static_cast<const T *>(gates),
-                                                      static_cast<const T *>(old_cell), static_cast<T *>(new_h),
-                                                      static_cast<T *>(new_cell));
+        forward_rows<T>(batch, state, static_cast<const T *>(gates), static_cast<const T *>(old_cell),
+                        static_cast<T *>(new_h), static_cast<T *>(new_cell));
         return PRL_SUCCESS;
     });
     PRL_API_END
@@ -27,12 +52,17 @@ extern "C" PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const vo
     PRL_TRY(prl::check_lltm_backward_args(fn, gates, old_cell, d_gates, d_old_cell, batch, state));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        for (int64_t row = 0; row < batch; ++row)
-            for (int64_t col = 0; col < state; ++col)
-                prl::lltm_backward_cols<1, T, int64_t>(
-                    row, col, state, static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
-                    static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
-                    static_cast<T *>(d_old_cell));
+        auto rows = [&](auto has_h, auto has_cell) {
+            backward_rows<T>(batch, state, static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell), has_h,
+                             has_cell, static_cast<const T *>(gates), static_cast<const T *>(old_cell),
+                             static_cast<T *>(d_gates), static_cast<T *>(d_old_cell));
+        };
+        using yes = std::true_type;
+        using no = std::false_type;
+        if (grad_h && grad_cell) rows(yes{}, yes{});
+        else if (grad_h) rows(yes{}, no{});
+        else if (grad_cell) rows(no{}, yes{});
+        else rows(no{}, no{});
         return PRL_SUCCESS;
     });
     PRL_API_END

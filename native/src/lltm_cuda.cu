@@ -28,8 +28,9 @@ __global__ void lltm_backward_kernel(const T *__restrict__ grad_h, const T *__re
     const I groups_per_row = state / V;
     PRL_CUDA_KERNEL_LOOP_TYPE(k, groups, I) {
         const I row = k / groups_per_row;
-        prl::lltm_backward_cols<V, T, I>(row, (k - row * groups_per_row) * V, state, grad_h, grad_cell, gates,
-                                         old_cell, d_gates, d_old_cell);
+        prl::lltm_backward_cols<V, T, I>(row, (k - row * groups_per_row) * V, state, grad_h, grad_cell,
+                                         grad_h != nullptr, grad_cell != nullptr, gates, old_cell, d_gates,
+                                         d_old_cell);
     }
 }
 

@@ -2,7 +2,7 @@
 #include "round.h"
 
 namespace {
-template <typename T> void round_cpu(const T *x, T *y, int64_t n) {
+template <typename T> PRL_CPU_CLONES void round_cpu(const T *x, T *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = prl::round_element(x[i]);
 }
 }  // namespace

@@ -15,6 +15,8 @@
 #  include <cuda_bf16.h>
 #  include <cuda_fp16.h>
 #  define PRL_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#  define PRL_HD inline __attribute__((always_inline))  // inlined into the loops, which then vectorise
 #else
 #  define PRL_HD inline
 #endif
@@ -105,7 +107,7 @@ template <int V, typename T> PRL_HD Vec<T, V> load_vec(const T *p) {
     return *reinterpret_cast<const Vec<T, V> *>(p);  // one LDG.128 when V * sizeof(T) == 16
 #else
     Vec<T, V> r;
-    memcpy(&r, p, sizeof r);  // no aliasing questions on the host; compiles to plain loads
+    for (int j = 0; j < V; ++j) r.v[j] = p[j];  // element-typed accesses: plain loads the host vectoriser follows
     return r;
 #endif
 }
@@ -114,18 +116,92 @@ template <int V, typename T> PRL_HD void store_vec(T *p, const Vec<T, V> &value)
 #if defined(__CUDA_ARCH__)
     *reinterpret_cast<Vec<T, V> *>(p) = value;
 #else
-    memcpy(p, &value, sizeof value);
+    for (int j = 0; j < V; ++j) p[j] = value.v[j];
 #endif
 }
 
 // ---- math, overloaded so that the double path never uses a float-only function ------
+//
+// On the device these are CUDA's own functions.  On the host the float versions are
+// branch-free (selects, no calls), so that GCC vectorises the CPU loops; the double
+// versions stay libm's (float64 is the precision reference, e.g. for gradcheck).
+#if !defined(__CUDA_ARCH__)
+namespace host {
+// round half to even: adding 2^23 leaves no fraction bits, so the FPU rounds (in the
+// default round-to-nearest-even mode, as rintf does); the sign is put back afterwards
+// so that -0.3 -> -0.0.  |x| >= 2^23 (and inf, NaN) is already integral: returned as is.
+inline float rint(float x) {
+    const float a = fabsf(x);
+    const float r = copysignf((a + 8388608.0f) - 8388608.0f, x);
+    return a < 8388608.0f ? r : x;
+}
+inline double rint(double x) {
+    const double a = fabs(x);
+    const double r = copysign((a + 4503599627370496.0) - 4503599627370496.0, x);
+    return a < 4503599627370496.0 ? r : x;
+}
+// e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to r^7 (relative
+// error < 1e-8), 2^n built in the exponent bits.  x is clamped to [-87.33, 88.72], so
+// the result saturates at ~1.2e-38 and ~3.4e38 instead of reaching 0 and inf: where
+// the LLTM uses it (sigmoid, tanh, the ELU and its derivative) that changes nothing
+// representable.  Written as two-way selects only, so that GCC vectorises the loops.
+inline float exp(float x) {
+    float c = x < -87.33f ? -87.33f : x;
+    c = c > 88.72f ? 88.72f : c;
+    const float n = (c * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
+    const float r = (c - n * 0.693145752f) - n * 1.42860677e-6f;      // ln2 split in two for exactness
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float e = p * bits_float((uint32_t)((int32_t)n + 127) << 23);
+    return x != x ? x : e;  // NaN stays NaN
+}
+// e^x - 1, accurate near 0 (Taylor to x^8 for |x| < 0.5).
+inline float expm1(float x) {
+    float p = 1.0f / 40320.0f;
+    p = p * x + 1.0f / 5040.0f;
+    p = p * x + 1.0f / 720.0f;
+    p = p * x + 1.0f / 120.0f;
+    p = p * x + 1.0f / 24.0f;
+    p = p * x + 1.0f / 6.0f;
+    p = p * x + 0.5f;
+    const float small = (p * x) * x + x;
+    return fabsf(x) < 0.5f ? small : exp(x) - 1.0f;
+}
+// tanh: odd Taylor series to x^9 for |x| < 0.25, else 1 - 2 / (e^{2|x|} + 1) with the sign.
+inline float tanh(float x) {
+    const float a = fabsf(x), x2 = x * x;
+    float p = 62.0f / 2835.0f;
+    p = p * x2 - 17.0f / 315.0f;
+    p = p * x2 + 2.0f / 15.0f;
+    p = p * x2 - 1.0f / 3.0f;
+    const float small = (p * x2) * x + x;
+    const float large = copysignf(1.0f - 2.0f / (exp(2.0f * a) + 1.0f), x);
+    return a < 0.25f ? small : large;
+}
+}  // namespace host
+#endif
+
+#if defined(__CUDA_ARCH__)
 PRL_HD float rint_(float x) { return rintf(x); }
 PRL_HD double rint_(double x) { return rint(x); }
 PRL_HD float exp_(float x) { return expf(x); }
-PRL_HD double exp_(double x) { return exp(x); }
 PRL_HD float expm1_(float x) { return expm1f(x); }
-PRL_HD double expm1_(double x) { return expm1(x); }
 PRL_HD float tanh_(float x) { return tanhf(x); }
+#else
+PRL_HD float rint_(float x) { return host::rint(x); }
+PRL_HD double rint_(double x) { return host::rint(x); }
+PRL_HD float exp_(float x) { return host::exp(x); }
+PRL_HD float expm1_(float x) { return host::expm1(x); }
+PRL_HD float tanh_(float x) { return host::tanh(x); }
+#endif
+PRL_HD double exp_(double x) { return exp(x); }
+PRL_HD double expm1_(double x) { return expm1(x); }
 PRL_HD double tanh_(double x) { return tanh(x); }
 
 template <typename A> PRL_HD A sigmoid(A x) { return A(1) / (A(1) + exp_(-x)); }

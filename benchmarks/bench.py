@@ -1,0 +1,340 @@
+"""pyroundlib benchmark: both ops against their PyTorch peers, side by side, in one run.
+
+    python benchmarks/bench.py [--device cuda|cpu] [--quick] [--out benchmarks/results]
+
+Method (see benchmarks/NOTES.md): the variants of a case run interleaved in rounds
+(A B C, B C A, ...), each round timing `reps` back-to-back calls between two CUDA
+events (or perf_counter on the CPU) after a warm-up, so host-bound small sizes measure
+host time per call and large sizes GPU time.  Reported: the median time of each variant,
+achieved GB/s where the bytes are known, and the median of the per-round ratios
+pyroundlib / peer (drift between rounds cancels in the ratio).
+
+Writes results.json, results.md and ratios.png (if matplotlib is there) to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pyroundlib  # noqa: E402
+from pyroundlib.lltm import _lltm_backward, _lltm_forward  # noqa: E402
+from pyroundlib.reference import lltm_cell_reference, round_ste_reference  # noqa: E402
+
+OURS = "pyroundlib"
+
+
+class RoundInFunction(torch.autograd.Function):
+    """torch.round with an identity backward, as Brevitas writes its STE."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+@dataclass
+class Case:
+    name: str
+    variants: dict[str, Callable[[], object]]
+    bytes_moved: dict[str, int] = field(default_factory=dict)  # per variant, for GB/s
+    group: str = ""
+
+
+@dataclass
+class Result:
+    case: str
+    group: str
+    medians: dict[str, float]          # seconds per call
+    ratios: dict[str, float]           # median over rounds of t(ours) / t(peer)
+    gbps: dict[str, float]
+    rounds: int
+    reps: int
+
+
+class Timer:
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def __call__(self, fn, reps: int) -> float:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3 / reps
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t0) / reps
+
+
+def run_case(case: Case, timer: Timer, rounds: int, round_seconds: float) -> Result:
+    names = list(case.variants)
+    for fn in case.variants.values():  # warm-up: compile, autotune, allocate
+        for _ in range(3):
+            fn()
+    timer.sync()
+    slowest = max(timer(fn, 1) for fn in case.variants.values())
+    reps = max(1, min(2000, math.ceil(round_seconds / max(slowest, 1e-7))))
+    for fn in case.variants.values():
+        timer(fn, reps)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+        for n in order:
+            times[n].append(timer(case.variants[n], reps))
+    medians = {n: statistics.median(t) for n, t in times.items()}
+    ratios = {n: statistics.median(a / b for a, b in zip(times[OURS], times[n])) for n in names if n != OURS}
+    gbps = {n: case.bytes_moved[n] / medians[n] / 1e9 for n in names if n in case.bytes_moved}
+    return Result(case.name, case.group, medians, ratios, gbps, rounds, reps)
+
+
+# ---- cases -----------------------------------------------------------------------------------
+
+def round_cases(device, numel, dtype, compiled_idiom):
+    x = torch.randn(numel, device=device, dtype=dtype) * 4
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * x.element_size()
+    tag = f"{numel_name(numel)} {str(dtype).replace('torch.', '')}"
+    forward = Case(f"round forward, {tag}", {
+        OURS: lambda: pyroundlib.round_ste(x),
+        "torch.round": lambda: torch.round(x),
+        "copy (same bytes)": lambda: y.copy_(x),
+    }, {OURS: nbytes, "torch.round": nbytes, "copy (same bytes)": nbytes}, group="round")
+
+    xg = x.clone().requires_grad_()
+    g = torch.ones_like(x)
+
+    def fwd_bwd(f):
+        return lambda: torch.autograd.grad(f(xg), xg, g)
+
+    ste = Case(f"round_ste forward+backward, {tag}", {
+        OURS: fwd_bwd(pyroundlib.round_ste),
+        "idiom eager": fwd_bwd(round_ste_reference),
+        "idiom compiled": fwd_bwd(compiled_idiom),
+        "torch.round in autograd.Function": fwd_bwd(RoundInFunction.apply),
+        "copy (same bytes)": lambda: y.copy_(x),
+    }, {n: nbytes for n in (OURS, "torch.round in autograd.Function", "copy (same bytes)")}, group="round")
+    return [forward, ste]
+
+
+def lltm_inputs(device, batch, features, state, dtype=torch.float32, requires_grad=False):
+    shapes = [(batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
+    return [torch.randn(s, device=device, dtype=dtype).requires_grad_(requires_grad) for s in shapes]
+
+
+def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False):
+    tag = f"(B,I,S)=({batch},{features},{state})"
+    args = lltm_inputs(device, batch, features, state)
+    forward = Case(f"LLTM forward, {tag}", {
+        OURS: lambda: pyroundlib.lltm_cell(*args),
+        "eager": lambda: lltm_cell_reference(*args),
+        "compiled": lambda: compiled_ref(*args),
+    }, group="lltm")
+    gargs = lltm_inputs(device, batch, features, state, requires_grad=True)
+    grads = [torch.randn(batch, state, device=device) for _ in range(2)]
+
+    def fwd_bwd(f):
+        return lambda: torch.autograd.grad(f(*gargs), gargs, grads)
+
+    both = Case(f"LLTM forward+backward, {tag}", {
+        OURS: fwd_bwd(pyroundlib.lltm_cell),
+        "eager": fwd_bwd(lltm_cell_reference),
+        "compiled": fwd_bwd(compiled_ref),
+    }, group="lltm")
+    cases = [forward, both]
+    if pointwise:
+        # the fused pointwise kernels alone against a copy moving the same number of bytes
+        n, size = batch * state, 4
+        gates = torch.randn(batch, 3 * state, device=device)
+        old_cell, gh, gc = (torch.randn(batch, state, device=device) for _ in range(3))
+        src_f, src_b = torch.randn(3 * n, device=device), torch.randn(5 * n, device=device)
+        dst_f, dst_b = torch.empty_like(src_f), torch.empty_like(src_b)
+        cases.append(Case(f"LLTM pointwise forward kernel, {tag}", {
+            OURS: lambda: _lltm_forward(gates, old_cell),
+            "copy (same bytes)": lambda: dst_f.copy_(src_f),
+        }, {OURS: 6 * n * size, "copy (same bytes)": 6 * n * size}, group="lltm-kernels"))
+        cases.append(Case(f"LLTM pointwise backward kernel, {tag}", {
+            OURS: lambda: _lltm_backward(gh, gc, gates, old_cell),
+            "copy (same bytes)": lambda: dst_b.copy_(src_b),
+        }, {OURS: 10 * n * size, "copy (same bytes)": 10 * n * size}, group="lltm-kernels"))
+    return cases
+
+
+def numel_name(n):
+    return f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else str(n)
+
+
+# ---- targets (issue #3) ----------------------------------------------------------------------
+
+def targets(results: dict[str, Result], device_type: str):
+    rows = []
+
+    def add(case, peer, limit, what):
+        r = results.get(case)
+        if r is not None and peer in r.ratios:
+            rows.append((what, r.ratios[peer], limit, r.ratios[peer] <= limit))
+
+    if device_type == "cuda":
+        for dt in ("float32", "bfloat16"):
+            add(f"round forward, 2^28 {dt}", "copy (same bytes)", 1.05, f"round fwd 2^28 {dt} / copy")
+            ste = f"round_ste forward+backward, 2^28 {dt}"
+            add(ste, "copy (same bytes)", 1.05, f"STE fwd+bwd 2^28 {dt} / copy")
+            add(ste, "idiom eager", 0.3, f"STE fwd+bwd 2^28 {dt} / idiom eager")
+            add(ste, "idiom compiled", 0.95, f"STE fwd+bwd 2^28 {dt} / idiom compiled")
+            add(ste, "torch.round in autograd.Function", 1.0, f"STE fwd+bwd 2^28 {dt} / autograd.Function")
+        add("round forward, 2^12 float32", "torch.round", 1.0, "round fwd 4096 host time / torch.round")
+        add("round_ste forward+backward, 2^12 float32", "idiom eager", 0.9,
+            "STE fwd+bwd 4096 host time / idiom eager")
+        for size in ("(16,32,128)", "(256,512,1024)"):
+            add(f"LLTM forward+backward, (B,I,S)={size}", "eager", 0.6, f"LLTM fwd+bwd {size} / eager")
+        for size in ("(16,32,128)", "(256,512,1024)", "(4096,1024,4096)"):
+            add(f"LLTM forward+backward, (B,I,S)={size}", "compiled", 1.0, f"LLTM fwd+bwd {size} / compiled")
+        for k in ("forward", "backward"):
+            r = results.get(f"LLTM pointwise {k} kernel, (B,I,S)=(4096,1024,4096)")
+            if r:
+                frac = r.gbps[OURS] / r.gbps["copy (same bytes)"]
+                rows.append((f"LLTM {k} kernel bandwidth / copy bandwidth (at least)", frac, 0.8, frac >= 0.8))
+    cpu = results.get("CPU: LLTM forward+backward, (B,I,S)=(16,32,128)")
+    if cpu:
+        rows.append(("CPU LLTM fwd+bwd (16,32,128) / eager", cpu.ratios["eager"], 0.8, cpu.ratios["eager"] <= 0.8))
+    return rows
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+def fmt_time(s):
+    return f"{s * 1e6:,.1f} us" if s < 1e-3 else f"{s * 1e3:,.3f} ms"
+
+
+def markdown(meta, results, target_rows):
+    out = [f"# pyroundlib benchmark — {meta['device']}, {meta['date']}", "",
+           f"torch {meta['torch']}, pyroundlib {meta['pyroundlib']}, {meta['rounds']} interleaved rounds per case; "
+           "time = median per call (host-bound sizes: host time per call); ratio = median over rounds of "
+           "pyroundlib / that variant (below 1: pyroundlib faster).", "",
+           "| case | variant | time | GB/s | pyroundlib / variant |", "|---|---|---:|---:|---:|"]
+    for r in results.values():
+        for i, (name, t) in enumerate(r.medians.items()):
+            gb = f"{r.gbps[name]:,.0f}" if name in r.gbps else ""
+            ratio = f"{r.ratios[name]:.3f}" if name in r.ratios else "—"
+            out.append(f"| {r.case if i == 0 else ''} | {name} | {fmt_time(t)} | {gb} | {ratio} |")
+    if target_rows:
+        out += ["", "## Targets", "", "| target | measured | limit | met |", "|---|---:|---:|---|"]
+        for what, value, limit, ok in target_rows:
+            out.append(f"| {what} | {value:.3f} | {limit} | {'yes' if ok else '**no**'} |")
+    return "\n".join(out) + "\n"
+
+
+def chart(results, path, title):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no chart")
+        return False
+    labels, values = [], []
+    for r in results.values():
+        for peer, ratio in r.ratios.items():
+            labels.append(f"{r.case} — vs {peer}")
+            values.append(ratio)
+    fig, ax = plt.subplots(figsize=(11, 0.28 * len(labels) + 1.5))
+    ax.barh(range(len(labels)), values, color=["tab:green" if v <= 1 else "tab:red" for v in values])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("time ratio pyroundlib / peer (log scale; < 1 = pyroundlib faster)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, no 2^28 or (4096,1024,4096) cases")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device)
+    rounds = args.rounds or (5 if args.quick else 15)
+    round_seconds = 0.002 if device.type == "cuda" else 0.01
+    info = pyroundlib.library_info()
+    if device.type == "cuda" and not info["cuda"]:
+        raise SystemExit("the library was built without CUDA: rebuild with nvcc on PATH")
+    torch.manual_seed(0)
+
+    compiled_idiom = torch.compile(round_ste_reference, dynamic=False)
+    compiled_lltm = torch.compile(lltm_cell_reference, dynamic=False)
+    cases: list[Case] = []
+    if device.type == "cuda":
+        sizes = [2**12, 2**20] + ([] if args.quick else [2**28])
+        for dtype in (torch.float32, torch.bfloat16):
+            for n in sizes:
+                cases += round_cases(device, n, dtype, compiled_idiom)
+        lltm_sizes = [(16, 32, 128), (256, 512, 1024)] + ([] if args.quick else [(4096, 1024, 4096)])
+        for b, i, s in lltm_sizes:
+            cases += lltm_cases(device, b, i, s, compiled_lltm, pointwise=(b, i, s) == (4096, 1024, 4096))
+    else:
+        for dtype in (torch.float32, torch.bfloat16):
+            for n in (2**12, 2**20):
+                cases += round_cases(device, n, dtype, compiled_idiom)
+        cases += lltm_cases(device, 256, 512, 1024, compiled_lltm)
+    # the CPU path at the tutorial's size, in every run
+    cpu_case = lltm_cases(torch.device("cpu"), 16, 32, 128, compiled_lltm)[1]
+    cpu_case.name = "CPU: " + cpu_case.name
+    cpu_case.variants.pop("compiled")  # the CPU target is against eager
+    cpu_case.group = "cpu"
+
+    results: dict[str, Result] = {}
+    timer = Timer(device)
+    for case in cases:
+        results[case.name] = run_case(case, timer, rounds, round_seconds)
+        print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
+              flush=True)
+    results[cpu_case.name] = run_case(cpu_case, Timer(torch.device("cpu")), rounds, 0.01)
+    print(f"{cpu_case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[cpu_case.name].medians.items()))
+
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")
+    meta = {"device": device_name, "device_type": device.type, "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__, "pyroundlib": pyroundlib.__version__, "library": info, "rounds": rounds,
+            "cpu_threads": torch.get_num_threads(), "python": platform.python_version()}
+    target_rows = targets(results, device.type)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({
+        "meta": meta, "results": [r.__dict__ for r in results.values()],
+        "targets": [dict(target=w, measured=v, limit=lim, met=ok) for w, v, lim, ok in target_rows]}, indent=1))
+    md = markdown(meta, results, target_rows)
+    (out / "results.md").write_text(md)
+    chart(results, out / "ratios.png", f"pyroundlib / peers — {device_name}, {meta['date']}")
+    print()
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
