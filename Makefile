@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LIB        := libpyroundlib.so
 PYTEST_ARGS ?= -q
 
-.PHONY: all build deps demo test clean
+.PHONY: all build deps demo test bench clean
 
 all: build
 
@@ -29,6 +29,11 @@ demo: build deps
 test: build deps
 	cd $(BUILD_DIR) && ctest --output-on-failure
 	$(PYTHON) -m pytest $(PYTEST_ARGS) tests
+
+# The benchmark (benchmarks/bench.py): on the GPU when there is one, else the CPU.
+BENCH_ARGS ?=
+bench: build deps
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) benchmarks/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR) pyroundlib/$(LIB)

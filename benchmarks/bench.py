@@ -35,6 +35,27 @@ from pyroundlib.reference import lltm_cell_reference, round_ste_reference  # noq
 OURS = "pyroundlib"
 
 
+class LLTMFloor(torch.autograd.Function):
+    """What any LLTM built on torch's GEMMs must do at least: the cat, the three matrix
+    products and the bias sum, in one autograd node, with no pointwise work at all.
+    Timed beside the others to show the floor under the CPU target (benchmarks/NOTES.md)."""
+
+    @staticmethod
+    def forward(ctx, input, weights, bias, old_h, old_cell):
+        X = torch.cat([old_h, input], dim=1)
+        gates = torch.addmm(bias, X, weights.t())
+        ctx.save_for_backward(X, weights, gates)
+        state = old_h.shape[1]
+        return gates[:, :state], gates[:, state:2 * state]
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_cell):
+        X, weights, d_gates = ctx.saved_tensors
+        state = grad_h.shape[1]
+        d_X = d_gates.mm(weights)
+        return d_X[:, state:], d_gates.t().mm(X), d_gates.sum(0), d_X[:, :state], grad_cell
+
+
 class RoundInFunction(torch.autograd.Function):
     """torch.round with an identity backward, as Brevitas writes its STE."""
 
@@ -144,7 +165,7 @@ def lltm_inputs(device, batch, features, state, dtype=torch.float32, requires_gr
     return [torch.randn(s, device=device, dtype=dtype).requires_grad_(requires_grad) for s in shapes]
 
 
-def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False):
+def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False, floor=False):
     tag = f"(B,I,S)=({batch},{features},{state})"
     args = lltm_inputs(device, batch, features, state)
     forward = Case(f"LLTM forward, {tag}", {
@@ -163,6 +184,8 @@ def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False):
         "eager": fwd_bwd(lltm_cell_reference),
         "compiled": fwd_bwd(compiled_ref),
     }, group="lltm")
+    if floor:
+        both.variants["floor: GEMMs only"] = fwd_bwd(LLTMFloor.apply)
     cases = [forward, both]
     if pointwise:
         # the fused pointwise kernels alone against a copy moving the same number of bytes
@@ -305,7 +328,7 @@ def main(argv=None):
                 cases += round_cases(device, n, dtype, compiled_idiom)
         cases += lltm_cases(device, 256, 512, 1024, compiled_lltm)
     # the CPU path at the tutorial's size, in every run
-    cpu_case = lltm_cases(torch.device("cpu"), 16, 32, 128, compiled_lltm)[1]
+    cpu_case = lltm_cases(torch.device("cpu"), 16, 32, 128, compiled_lltm, floor=True)[1]
     cpu_case.name = "CPU: " + cpu_case.name
     cpu_case.variants.pop("compiled")  # the CPU target is against eager
     cpu_case.group = "cpu"

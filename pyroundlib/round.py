@@ -49,13 +49,11 @@ round_op.register_autograd(_round_backward)
 class RoundSTEFunction(torch.autograd.Function):
     """Round in the forward pass; pass the gradient straight through in the backward."""
 
+    # The classic forward(ctx, ...) form: with a separate setup_context, every apply()
+    # binds its arguments through inspect.signature, which costs more than the kernel.
     @staticmethod
-    def forward(x: Tensor) -> Tensor:
+    def forward(ctx, x: Tensor) -> Tensor:
         return _round(x) if plain_eager(x) else torch.ops.pyroundlib.round(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        pass
 
     @staticmethod
     def backward(ctx, grad_output: Tensor) -> Tensor:

@@ -18,7 +18,18 @@
          i < (n); i += prl_stride_##i)
 #define PRL_CUDA_KERNEL_LOOP(i, n) PRL_CUDA_KERNEL_LOOP_TYPE(i, n, int64_t)
 
+// The same loop, with each iteration owning U elements spaced a grid apart:
+// i, i + prl::grid_stride(), ..., i + (U-1) * prl::grid_stride().  The body loads
+// all U before using any, so each thread keeps U independent loads in flight (a
+// memory-bound kernel needs them to reach copy bandwidth), and every one of those
+// loads is still coalesced across the warp.
+#define PRL_CUDA_KERNEL_LOOP_UNROLLED(i, n, U)                                             \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+         i += (int64_t)(U) * blockDim.x * gridDim.x)
+
 namespace prl {
+
+__device__ __forceinline__ int64_t grid_stride() { return (int64_t)blockDim.x * gridDim.x; }
 
 constexpr int kCudaNumThreads = 256;  // Caffe's CAFFE_CUDA_NUM_THREADS, in a modern size
 constexpr int kBlocksPerSM = 8;       // 8 x 256 = 2048 resident threads per multiprocessor

@@ -10,16 +10,6 @@ namespace prl {
 // is an integer the storage type holds exactly, so the final store is exact too.
 template <typename T> PRL_HD T round_element(T x) { return store<T>(rint_(load(x))); }
 
-// V consecutive elements starting at x[i] (one vector access each way).
-template <int V, typename T, typename I> PRL_HD void round_elements(I i, const T *x, T *y) {
-    Vec<T, V> v = load_vec<V>(x + i);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int j = 0; j < V; ++j) v.v[j] = round_element(v.v[j]);
-    store_vec<V>(y + i, v);
-}
-
 inline prl_status check_round_args(const char *fn, const void *x, const void *y, int64_t n) {
     PRL_TRY(check_count(fn, "n", n));
     PRL_TRY(check_pointer(fn, "x", x, n));

@@ -1,15 +1,32 @@
 // round_cuda.cu - prl_round_cuda.
 //
-// Each thread of the grid-stride loop rounds V consecutive elements moved as one
-// 16-byte access (V = 4 floats, 8 halves, 2 doubles) when both buffers are 16-byte
-// aligned, else one element (V = 1).  The n % V tail is left to the first threads.
+// Each thread of the grid-stride loop rounds groups of V consecutive elements, each
+// group moved as one 16-byte access (V = 4 floats, 8 halves, 2 doubles) when both
+// buffers are 16-byte aligned, else one element (V = 1); and it handles kUnroll such
+// groups per iteration, loaded before any is used.  The n % V tail is left to the
+// first threads.
 #include "cuda_common.cuh"
 #include "round.h"
 
 namespace {
-template <typename T, int V> __global__ void round_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t n) {
-    const int64_t groups = n / V;
-    PRL_CUDA_KERNEL_LOOP(i, groups) { prl::round_elements<V, T, int64_t>(i * V, x, y); }
+constexpr int kUnroll = 4;
+
+template <typename T, int V> __global__ void round_kernel(const T *x, T *y, int64_t n) {  // x == y is allowed
+    const int64_t groups = n / V, stride = prl::grid_stride();
+    PRL_CUDA_KERNEL_LOOP_UNROLLED(i, groups, kUnroll) {
+        prl::Vec<T, V> v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+            if (i + u * stride < groups) v[u] = prl::load_vec<V>(x + (i + u * stride) * V);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            if (i + u * stride < groups) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[u].v[j] = prl::round_element(v[u].v[j]);
+                prl::store_vec<V>(y + (i + u * stride) * V, v[u]);
+            }
+        }
+    }
     if (V > 1) {
         const int64_t tail = groups * V + (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
         if (tail < n) y[tail] = prl::round_element(x[tail]);
@@ -17,8 +34,9 @@ template <typename T, int V> __global__ void round_kernel(const T *__restrict__ 
 }
 
 template <typename T, int V> void launch_round(const T *x, T *y, int64_t n, int device, cudaStream_t stream) {
-    const int64_t groups = n / V > 0 ? n / V : 1;
-    round_kernel<T, V><<<prl::cuda_blocks(groups, device), prl::kCudaNumThreads, 0, stream>>>(x, y, n);
+    const int64_t threads_needed = (n / V + kUnroll - 1) / kUnroll;
+    round_kernel<T, V><<<prl::cuda_blocks(threads_needed > 0 ? threads_needed : 1, device), prl::kCudaNumThreads, 0,
+                         stream>>>(x, y, n);
 }
 }  // namespace
 
