@@ -32,7 +32,6 @@ namespace prl {
 __device__ __forceinline__ int64_t grid_stride() { return (int64_t)blockDim.x * gridDim.x; }
 
 constexpr int kCudaNumThreads = 256;  // Caffe's CAFFE_CUDA_NUM_THREADS, in a modern size
-constexpr int kBlocksPerSM = 8;       // 8 x 256 = 2048 resident threads per multiprocessor
 
 // Multiprocessor count of `device`, read once per device and cached.
 inline int multiprocessor_count(int device) {
@@ -51,11 +50,32 @@ inline int multiprocessor_count(int device) {
     return count;
 }
 
-// Caffe's CAFFE_GET_BLOCKS(n), clamped to the blocks the device runs at once.
-inline unsigned int cuda_blocks(int64_t n, int device) {
+// How many blocks of `Kernel` one multiprocessor runs at once (registers decide),
+// asked of the occupancy calculator once per kernel and device, then cached.
+template <auto Kernel> int resident_blocks_per_sm(int device) {
+    constexpr int kMaxCached = 64;
+    static std::atomic<int> cache[kMaxCached];
+    if (device >= 0 && device < kMaxCached) {
+        const int cached = cache[device].load(std::memory_order_relaxed);
+        if (cached > 0) return cached;
+    }
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kCudaNumThreads, 0) != cudaSuccess ||
+        blocks <= 0) {
+        (void)cudaGetLastError();
+        return 4;
+    }
+    if (device >= 0 && device < kMaxCached) cache[device].store(blocks, std::memory_order_relaxed);
+    return blocks;
+}
+
+// Caffe's CAFFE_GET_BLOCKS(n), clamped to one full wave of `Kernel` on the device:
+// every block is resident from the start, so no multiprocessor idles through a
+// partial last wave while the others finish (the grid-stride loop covers any n).
+template <auto Kernel> unsigned int cuda_blocks(int64_t n, int device) {
     const int64_t wanted = (n + kCudaNumThreads - 1) / kCudaNumThreads;
-    const int64_t cap = (int64_t)multiprocessor_count(device) * kBlocksPerSM;
-    return (unsigned int)(wanted < 1 ? 1 : (wanted < cap ? wanted : cap));
+    const int64_t wave = (int64_t)multiprocessor_count(device) * resident_blocks_per_sm<Kernel>(device);
+    return (unsigned int)(wanted < 1 ? 1 : (wanted < wave ? wanted : wave));
 }
 
 // Elements per 16-byte access for storage type T.

@@ -35,8 +35,8 @@ template <typename T, int V> __global__ void round_kernel(const T *x, T *y, int6
 
 template <typename T, int V> void launch_round(const T *x, T *y, int64_t n, int device, cudaStream_t stream) {
     const int64_t threads_needed = (n / V + kUnroll - 1) / kUnroll;
-    round_kernel<T, V><<<prl::cuda_blocks(threads_needed > 0 ? threads_needed : 1, device), prl::kCudaNumThreads, 0,
-                         stream>>>(x, y, n);
+    const unsigned int blocks = prl::cuda_blocks<round_kernel<T, V>>(threads_needed > 0 ? threads_needed : 1, device);
+    round_kernel<T, V><<<blocks, prl::kCudaNumThreads, 0, stream>>>(x, y, n);
 }
 }  // namespace
 
