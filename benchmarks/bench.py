@@ -305,7 +305,7 @@ def main(argv=None):
 
     device = torch.device(args.device)
     rounds = args.rounds or (5 if args.quick else 15)
-    round_seconds = 0.002 if device.type == "cuda" else 0.01
+    round_seconds = 0.02 if device.type == "cuda" else 0.02
     info = pyroundlib.library_info()
     if device.type == "cuda" and not info["cuda"]:
         raise SystemExit("the library was built without CUDA: rebuild with nvcc on PATH")
@@ -339,7 +339,7 @@ def main(argv=None):
         results[case.name] = run_case(case, timer, rounds, round_seconds)
         print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
               flush=True)
-    results[cpu_case.name] = run_case(cpu_case, Timer(torch.device("cpu")), rounds, 0.01)
+    results[cpu_case.name] = run_case(cpu_case, Timer(torch.device("cpu")), rounds, 0.02)
     print(f"{cpu_case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[cpu_case.name].medians.items()))
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")

@@ -4,8 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
-
 #include "common.h"
 
 // Caffe's grid-stride loop (device_alternate.hpp), with the index type explicit:
@@ -18,64 +16,20 @@
          i < (n); i += prl_stride_##i)
 #define PRL_CUDA_KERNEL_LOOP(i, n) PRL_CUDA_KERNEL_LOOP_TYPE(i, n, int64_t)
 
-// The same loop, with each iteration owning U elements spaced a grid apart:
-// i, i + prl::grid_stride(), ..., i + (U-1) * prl::grid_stride().  The body loads
-// all U before using any, so each thread keeps U independent loads in flight (a
-// memory-bound kernel needs them to reach copy bandwidth), and every one of those
-// loads is still coalesced across the warp.
-#define PRL_CUDA_KERNEL_LOOP_UNROLLED(i, n, U)                                             \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
-         i += (int64_t)(U) * blockDim.x * gridDim.x)
-
 namespace prl {
-
-__device__ __forceinline__ int64_t grid_stride() { return (int64_t)blockDim.x * gridDim.x; }
 
 constexpr int kCudaNumThreads = 256;  // Caffe's CAFFE_CUDA_NUM_THREADS, in a modern size
 
-// Multiprocessor count of `device`, read once per device and cached.
-inline int multiprocessor_count(int device) {
-    constexpr int kMaxCached = 64;
-    static std::atomic<int> cache[kMaxCached];
-    if (device >= 0 && device < kMaxCached) {
-        const int cached = cache[device].load(std::memory_order_relaxed);
-        if (cached > 0) return cached;
-    }
-    int count = 0;
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-        (void)cudaGetLastError();
-        return 132;  // a safe guess: the grid-stride loop is correct for any grid size
-    }
-    if (device >= 0 && device < kMaxCached) cache[device].store(count, std::memory_order_relaxed);
-    return count;
-}
+// Caffe's CAFFE_GET_BLOCKS(n): one thread per work item, in as many blocks as that
+// takes, clamped at kCudaMaxBlocks (2^28 threads) past which the grid-stride loop
+// takes over.  Measured on H200 (benchmarks/NOTES.md): this grid streams at copy
+// bandwidth, while a grid clamped to one resident wave (multiprocessor count x
+// blocks per multiprocessor) stays ~7% below it at any unrolling.
+constexpr int64_t kCudaMaxBlocks = int64_t(1) << 20;
 
-// How many blocks of `Kernel` one multiprocessor runs at once (registers decide),
-// asked of the occupancy calculator once per kernel and device, then cached.
-template <auto Kernel> int resident_blocks_per_sm(int device) {
-    constexpr int kMaxCached = 64;
-    static std::atomic<int> cache[kMaxCached];
-    if (device >= 0 && device < kMaxCached) {
-        const int cached = cache[device].load(std::memory_order_relaxed);
-        if (cached > 0) return cached;
-    }
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kCudaNumThreads, 0) != cudaSuccess ||
-        blocks <= 0) {
-        (void)cudaGetLastError();
-        return 4;
-    }
-    if (device >= 0 && device < kMaxCached) cache[device].store(blocks, std::memory_order_relaxed);
-    return blocks;
-}
-
-// Caffe's CAFFE_GET_BLOCKS(n), clamped to one full wave of `Kernel` on the device:
-// every block is resident from the start, so no multiprocessor idles through a
-// partial last wave while the others finish (the grid-stride loop covers any n).
-template <auto Kernel> unsigned int cuda_blocks(int64_t n, int device) {
+inline unsigned int cuda_blocks(int64_t n) {
     const int64_t wanted = (n + kCudaNumThreads - 1) / kCudaNumThreads;
-    const int64_t wave = (int64_t)multiprocessor_count(device) * resident_blocks_per_sm<Kernel>(device);
-    return (unsigned int)(wanted < 1 ? 1 : (wanted < wave ? wanted : wave));
+    return (unsigned int)(wanted < 1 ? 1 : (wanted < kCudaMaxBlocks ? wanted : kCudaMaxBlocks));
 }
 
 // Elements per 16-byte access for storage type T.
@@ -115,12 +69,12 @@ class DeviceGuard {
     cudaError_t error_ = cudaSuccess;
 };
 
-// Runs launch(device) on `device` and turns any launch error into a status.
+// Runs launch() with `device` current and turns any launch error into a status.
 // Never synchronises: an error of the kernel itself appears at the caller's next sync.
 template <typename Launch> prl_status cuda_launch(const char *fn, int device, Launch &&launch) {
     DeviceGuard guard(device);
     if (guard.error() != cudaSuccess) return cuda_fail(fn, "selecting the CUDA device", guard.error());
-    launch(guard.device());
+    launch();
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return cuda_fail(fn, "the kernel launch", err);
     return PRL_SUCCESS;

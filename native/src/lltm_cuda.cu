@@ -34,37 +34,25 @@ __global__ void lltm_backward_kernel(const T *__restrict__ grad_h, const T *__re
     }
 }
 
-// Picks the vector width V and the index type I, then calls
-// launch(kernel_tag<V, I>, groups, blocks) with the grid sized for that kernel.
+// Picks the vector width V and the index type I, then calls launch(kernel_tag<V, I>{}, groups).
 template <int V, typename I> struct kernel_tag {
     static constexpr int vec = V;
     using index = I;
 };
 
-template <typename T, template <typename, int, typename> class KernelOf, typename Launch>
-void dispatch_lltm(int64_t batch, int64_t state, bool all_aligned, int device, Launch &&launch) {
+template <typename T, typename Launch>
+void dispatch_lltm(int64_t batch, int64_t state, bool all_aligned, Launch &&launch) {
     constexpr int V = prl::kVec16<T>;
     const bool vectorise = all_aligned && state % V == 0;
     const int64_t groups = batch * state / (vectorise ? V : 1);
-    // 32-bit indices are safe when the largest index (3 * batch * state) plus a grid
-    // stride stays below 2^32; a grid never exceeds 2^31 threads.
-    const bool small = 3 * batch * state < (int64_t)std::numeric_limits<uint32_t>::max() - (int64_t(1) << 31);
-    auto go = [&](auto tag) {
-        using Tag = decltype(tag);
-        launch(tag, groups, prl::cuda_blocks<KernelOf<T, Tag::vec, typename Tag::index>::kernel>(groups, device));
-    };
-    if (vectorise && small) go(kernel_tag<V, uint32_t>{});
-    else if (vectorise) go(kernel_tag<V, int64_t>{});
-    else if (small) go(kernel_tag<1, uint32_t>{});
-    else go(kernel_tag<1, int64_t>{});
+    // 32-bit indices are safe while the largest index (3 * batch * state) plus one grid
+    // stride (at most 2^28 threads) stays below 2^32.
+    const bool small = 3 * batch * state < (int64_t(1) << 32) - (int64_t(1) << 29);
+    if (vectorise && small) launch(kernel_tag<V, uint32_t>{}, groups);
+    else if (vectorise) launch(kernel_tag<V, int64_t>{}, groups);
+    else if (small) launch(kernel_tag<1, uint32_t>{}, groups);
+    else launch(kernel_tag<1, int64_t>{}, groups);
 }
-
-template <typename T, int V, typename I> struct ForwardKernel {
-    static constexpr auto kernel = lltm_forward_kernel<T, V, I>;
-};
-template <typename T, int V, typename I> struct BackwardKernel {
-    static constexpr auto kernel = lltm_backward_kernel<T, V, I>;
-};
 
 bool all_aligned16(std::initializer_list<const void *> pointers) {
     for (const void *p : pointers)
@@ -83,12 +71,12 @@ extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const voi
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (batch * state == 0) return PRL_SUCCESS;
-        return prl::cuda_launch(fn, device, [&](int dev) {
+        return prl::cuda_launch(fn, device, [&] {
             const bool aligned = all_aligned16({gates, old_cell, new_h, new_cell});
-            dispatch_lltm<T, ForwardKernel>(batch, state, aligned, dev, [&](auto tag, int64_t groups, unsigned blocks) {
+            dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
                 using I = typename decltype(tag)::index;
                 lltm_forward_kernel<T, decltype(tag)::vec, I>
-                    <<<blocks, prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(new_h),
                         static_cast<T *>(new_cell), (I)groups, (I)state);
             });
@@ -107,12 +95,12 @@ extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const v
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (batch * state == 0) return PRL_SUCCESS;
-        return prl::cuda_launch(fn, device, [&](int dev) {
+        return prl::cuda_launch(fn, device, [&] {
             const bool aligned = all_aligned16({grad_h, grad_cell, gates, old_cell, d_gates, d_old_cell});
-            dispatch_lltm<T, BackwardKernel>(batch, state, aligned, dev, [&](auto tag, int64_t groups, unsigned blocks) {
+            dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
                 using I = typename decltype(tag)::index;
                 lltm_backward_kernel<T, decltype(tag)::vec, I>
-                    <<<blocks, prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
                         static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
                         static_cast<T *>(d_old_cell), (I)groups, (I)state);
