@@ -305,7 +305,7 @@ def main(argv=None):
 
     device = torch.device(args.device)
     rounds = args.rounds or (5 if args.quick else 15)
-    round_seconds = 0.02 if device.type == "cuda" else 0.02
+    round_seconds = 0.02
     info = pyroundlib.library_info()
     if device.type == "cuda" and not info["cuda"]:
         raise SystemExit("the library was built without CUDA: rebuild with nvcc on PATH")
