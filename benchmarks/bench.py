@@ -74,6 +74,7 @@ class Case:
     variants: dict[str, Callable[[], object]]
     bytes_moved: dict[str, int] = field(default_factory=dict)  # per variant, for GB/s
     group: str = ""
+    host_bound: bool = False  # small sizes: timed on the host, many calls and one synchronise
 
 
 @dataclass
@@ -88,15 +89,19 @@ class Result:
 
 
 class Timer:
-    def __init__(self, device: torch.device):
+    """CUDA events around `reps` calls for GPU-bound cases; perf_counter around `reps`
+    calls and one synchronise for host-bound ones (and on the CPU)."""
+
+    def __init__(self, device: torch.device, host: bool = False):
         self.cuda = device.type == "cuda"
+        self.events = self.cuda and not host
 
     def sync(self):
         if self.cuda:
             torch.cuda.synchronize()
 
     def __call__(self, fn, reps: int) -> float:
-        if self.cuda:
+        if self.events:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(reps):
@@ -104,13 +109,16 @@ class Timer:
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1e3 / reps
+        self.sync()
         t0 = time.perf_counter()
         for _ in range(reps):
             fn()
+        self.sync()
         return (time.perf_counter() - t0) / reps
 
 
-def run_case(case: Case, timer: Timer, rounds: int, round_seconds: float) -> Result:
+def run_case(case: Case, device: torch.device, rounds: int, round_seconds: float) -> Result:
+    timer = Timer(device, host=case.host_bound)
     names = list(case.variants)
     for fn in case.variants.values():  # warm-up: compile, autotune, allocate
         for _ in range(3):
@@ -142,7 +150,7 @@ def round_cases(device, numel, dtype, compiled_idiom):
         OURS: lambda: pyroundlib.round_ste(x),
         "torch.round": lambda: torch.round(x),
         "copy (same bytes)": lambda: y.copy_(x),
-    }, {OURS: nbytes, "torch.round": nbytes, "copy (same bytes)": nbytes}, group="round")
+    }, {OURS: nbytes, "torch.round": nbytes, "copy (same bytes)": nbytes}, group="round", host_bound=numel <= 2**20)
 
     xg = x.clone().requires_grad_()
     g = torch.ones_like(x)
@@ -156,7 +164,8 @@ def round_cases(device, numel, dtype, compiled_idiom):
         "idiom compiled": fwd_bwd(compiled_idiom),
         "torch.round in autograd.Function": fwd_bwd(RoundInFunction.apply),
         "copy (same bytes)": lambda: y.copy_(x),
-    }, {n: nbytes for n in (OURS, "torch.round in autograd.Function", "copy (same bytes)")}, group="round")
+    }, {n: nbytes for n in (OURS, "torch.round in autograd.Function", "copy (same bytes)")}, group="round",
+        host_bound=numel <= 2**20)
     return [forward, ste]
 
 
@@ -167,12 +176,13 @@ def lltm_inputs(device, batch, features, state, dtype=torch.float32, requires_gr
 
 def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False, floor=False):
     tag = f"(B,I,S)=({batch},{features},{state})"
+    host_bound = batch * state <= 256 * 1024
     args = lltm_inputs(device, batch, features, state)
     forward = Case(f"LLTM forward, {tag}", {
         OURS: lambda: pyroundlib.lltm_cell(*args),
         "eager": lambda: lltm_cell_reference(*args),
         "compiled": lambda: compiled_ref(*args),
-    }, group="lltm")
+    }, group="lltm", host_bound=host_bound)
     gargs = lltm_inputs(device, batch, features, state, requires_grad=True)
     grads = [torch.randn(batch, state, device=device) for _ in range(2)]
 
@@ -183,7 +193,7 @@ def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False, fl
         OURS: fwd_bwd(pyroundlib.lltm_cell),
         "eager": fwd_bwd(lltm_cell_reference),
         "compiled": fwd_bwd(compiled_ref),
-    }, group="lltm")
+    }, group="lltm", host_bound=host_bound)
     if floor:
         both.variants["floor: GEMMs only"] = fwd_bwd(LLTMFloor.apply)
     cases = [forward, both]
@@ -254,8 +264,9 @@ def fmt_time(s):
 def markdown(meta, results, target_rows):
     out = [f"# pyroundlib benchmark — {meta['device']}, {meta['date']}", "",
            f"torch {meta['torch']}, pyroundlib {meta['pyroundlib']}, {meta['rounds']} interleaved rounds per case; "
-           "time = median per call (host-bound sizes: host time per call); ratio = median over rounds of "
-           "pyroundlib / that variant (below 1: pyroundlib faster).", "",
+           "time = median per call: CUDA events for large sizes, host time per call (perf_counter over many "
+           "calls, one synchronise) for small ones; ratio = median over rounds of pyroundlib / that variant "
+           "(below 1: pyroundlib faster).", "",
            "| case | variant | time | GB/s | pyroundlib / variant |", "|---|---|---:|---:|---:|"]
     for r in results.values():
         for i, (name, t) in enumerate(r.medians.items()):
@@ -334,12 +345,11 @@ def main(argv=None):
     cpu_case.group = "cpu"
 
     results: dict[str, Result] = {}
-    timer = Timer(device)
     for case in cases:
-        results[case.name] = run_case(case, timer, rounds, round_seconds)
+        results[case.name] = run_case(case, device, rounds, round_seconds)
         print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
               flush=True)
-    results[cpu_case.name] = run_case(cpu_case, Timer(torch.device("cpu")), rounds, 0.02)
+    results[cpu_case.name] = run_case(cpu_case, torch.device("cpu"), rounds, round_seconds)
     print(f"{cpu_case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[cpu_case.name].medians.items()))
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")

@@ -28,27 +28,22 @@ _P = c_void_p  # any pointer, and the CUDA stream handle (cudaStream_t)
 _I64 = c_int64
 _INT = c_int
 
-# GIL: CPU kernels compute for as long as the tensor is big, so they release the GIL
-# (other Python threads run meanwhile, as with torch's own ops); CUDA entry points
-# only enqueue a kernel (microseconds), so they keep it and skip the hand-off.
-RELEASE, KEEP = "release", "keep"
-
-# name                       restype   GIL      argtypes
-_SIGNATURES: tuple[tuple[str, object, str, tuple], ...] = (
-    ("prl_abi_version",        _INT,     KEEP,    ()),
-    ("prl_has_cuda",           _INT,     KEEP,    ()),
-    ("prl_cuda_architectures", c_char_p, KEEP,    ()),
-    ("prl_status_string",      c_char_p, KEEP,    (_INT,)),
-    ("prl_last_error",         c_char_p, KEEP,    ()),
-    #                                             x   y   n     dtype [device stream]
-    ("prl_round_cpu",          STATUS,   RELEASE, (_P, _P, _I64, _INT)),
-    ("prl_round_cuda",         STATUS,   KEEP,    (_P, _P, _I64, _INT, _INT, _P)),
-    #                                             gates old_cell new_h new_cell batch state dtype [device stream]
-    ("prl_lltm_forward_cpu",   STATUS,   RELEASE, (_P, _P, _P, _P, _I64, _I64, _INT)),
-    ("prl_lltm_forward_cuda",  STATUS,   KEEP,    (_P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
-    #                                             grad_h grad_cell gates old_cell d_gates d_old_cell batch state dtype [..]
-    ("prl_lltm_backward_cpu",  STATUS,   RELEASE, (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
-    ("prl_lltm_backward_cuda", STATUS,   KEEP,    (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
+# name                       restype   argtypes
+_SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
+    ("prl_abi_version",        _INT,     ()),
+    ("prl_has_cuda",           _INT,     ()),
+    ("prl_cuda_architectures", c_char_p, ()),
+    ("prl_status_string",      c_char_p, (_INT,)),
+    ("prl_last_error",         c_char_p, ()),
+    #                                    x   y   n     dtype [device stream]
+    ("prl_round_cpu",          STATUS,   (_P, _P, _I64, _INT)),
+    ("prl_round_cuda",         STATUS,   (_P, _P, _I64, _INT, _INT, _P)),
+    #                                    gates old_cell new_h new_cell batch state dtype [device stream]
+    ("prl_lltm_forward_cpu",   STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT)),
+    ("prl_lltm_forward_cuda",  STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
+    #                                    grad_h grad_cell gates old_cell d_gates d_old_cell batch state dtype [..]
+    ("prl_lltm_backward_cpu",  STATUS,   (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
+    ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
 )
 
 
@@ -57,22 +52,23 @@ class Library:
 
     def __init__(self, path: str):
         self.path = path
-        # one library, two views of it: CDLL calls release the GIL, PyDLL calls keep it
-        self._dlls = {RELEASE: ctypes.CDLL(path), KEEP: ctypes.PyDLL(path)}
-        self.abi_version = self._bind("prl_abi_version", _INT, KEEP, ())()
+        # CDLL: every call releases the GIL, so other Python threads run while a CPU
+        # kernel computes (keeping it for the short CUDA calls measured no faster).
+        self._dll = ctypes.CDLL(path)
+        self.abi_version = self._bind("prl_abi_version", _INT, ())()
         if self.abi_version != ABI_VERSION:
             raise LibraryLoadError(
                 f"{path} has ABI version {self.abi_version}, but this pyroundlib needs ABI version "
                 f"{ABI_VERSION}: rebuild the library with `make` (or point {ENV_VAR} at a matching build)")
-        for name, restype, gil, argtypes in _SIGNATURES:
-            setattr(self, name, self._bind(name, restype, gil, argtypes))
+        for name, restype, argtypes in _SIGNATURES:
+            setattr(self, name, self._bind(name, restype, argtypes))
         self.has_cuda = bool(self.prl_has_cuda())
         archs = self.prl_cuda_architectures().decode()
         self.cuda_architectures = [a for a in archs.split(",") if a]
 
-    def _bind(self, name, restype, gil, argtypes):
+    def _bind(self, name, restype, argtypes):
         try:
-            fn = getattr(self._dlls[gil], name)
+            fn = getattr(self._dll, name)
         except AttributeError:
             raise LibraryLoadError(f"{self.path} does not export {name}: is it an older build? Rebuild with `make`")
         fn.argtypes = argtypes
