@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LIB        := libpyroundlib.so
 PYTEST_ARGS ?= -q
 
-.PHONY: all build deps demo test bench clean
+.PHONY: all build deps demo test bench sanitize fuzz cuda-sanitize clean
 
 all: build
 
@@ -35,5 +35,38 @@ BENCH_ARGS ?=
 bench: build deps
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) benchmarks/bench.py $(BENCH_ARGS)
 
+# Host code under AddressSanitizer + UndefinedBehaviorSanitizer: a CPU-only build, the C
+# ABI test (ctest), then the Python tests of the CPU path against that library (libasan
+# must be loaded first, and libstdc++ with it so that C++ exceptions in torch unwind).
+SAN_BUILD_DIR ?= build-sanitize
+SAN_TESTS ?= tests/test_round.py tests/test_lltm.py tests/test_validation.py tests/test_library.py \
+             tests/test_threads.py tests/test_fuzz.py
+sanitize: deps
+	cmake -S . -B $(SAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPYROUNDLIB_WITH_CUDA=OFF -DPYROUNDLIB_SANITIZE=ON
+	cmake --build $(SAN_BUILD_DIR) -j $(JOBS)
+	cd $(SAN_BUILD_DIR) && ctest --output-on-failure
+	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  PYROUNDLIB_LIBRARY=$(CURDIR)/$(SAN_BUILD_DIR)/libpyroundlib.so \
+	  $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(SAN_TESTS)
+
+# The long property-based tier: at least 10,000 examples per property.
+FUZZ_EXAMPLES ?= 10000
+fuzz: build deps
+	PYROUNDLIB_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTHON) -m pytest $(PYTEST_ARGS) tests/test_fuzz.py
+
+# compute-sanitizer's four tools over the CUDA tests (GPU machine).  Only our kernels
+# are checked (torch's and cuBLAS's are not ours to fix); the >2^31-element tests are
+# left out (hours under memcheck).
+CUDA_SANITIZE_TESTS ?= tests/test_cuda.py tests/test_round.py tests/test_lltm.py tests/test_threads.py
+CUDA_SANITIZE_K ?= cuda and not 2_31 and not 64_bit
+COMPUTE_SANITIZER ?= compute-sanitizer
+cuda-sanitize: build deps
+	set -e; for tool in memcheck racecheck initcheck synccheck; do \
+	  echo "== compute-sanitizer --tool $$tool"; \
+	  $(COMPUTE_SANITIZER) --tool $$tool --error-exitcode 99 --kernel-name regex:'round_kernel|lltm_' \
+	    $(PYTHON) -m pytest -q -p no:cacheprovider $(CUDA_SANITIZE_TESTS) -k "$(CUDA_SANITIZE_K)"; \
+	done
+
 clean:
-	rm -rf $(BUILD_DIR) pyroundlib/$(LIB)
+	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) pyroundlib/$(LIB)

@@ -42,12 +42,62 @@ def test_missing_library_in_a_fresh_process(tmp_path):
     assert "LibraryLoadError" in proc.stderr and str(tmp_path / "missing.so") in proc.stderr
 
 
-def test_not_a_library(monkeypatch, tmp_path):
+@pytest.mark.parametrize("cut", [0, 16, 64, 4096, 65536, "half", "all but 1"])
+def test_truncated_library(monkeypatch, tmp_path, cut):
+    data = LIB.read_bytes()
+    size = {"half": len(data) // 2, "all but 1": len(data) - 1}.get(cut, cut)
     bogus = tmp_path / "libpyroundlib.so"
-    bogus.write_bytes(LIB.read_bytes()[:4096])  # a truncated ELF file
+    bogus.write_bytes(data[:size])  # dlopen() of such a file can die of SIGBUS: refused before
     monkeypatch.setenv(_ffi.ENV_VAR, str(bogus))
     with pytest.raises(pyroundlib.LibraryLoadError, match=str(bogus)):
         _ffi.load_library()
+
+
+@pytest.mark.parametrize("content", [b"", b"not a library\n", b"\x7fELF" + b"\0" * 100, bytes(range(256)) * 64])
+def test_not_a_library(monkeypatch, tmp_path, content):
+    bogus = tmp_path / "libpyroundlib.so"
+    bogus.write_bytes(content)
+    monkeypatch.setenv(_ffi.ENV_VAR, str(bogus))
+    with pytest.raises(pyroundlib.LibraryLoadError, match=str(bogus)):
+        _ffi.load_library()
+
+
+def test_a_directory_is_not_a_library(monkeypatch, tmp_path):
+    monkeypatch.setenv(_ffi.ENV_VAR, str(tmp_path))
+    with pytest.raises(pyroundlib.LibraryLoadError, match=str(tmp_path)):
+        _ffi.load_library()
+
+
+@pytest.fixture(scope="session")
+def cpu_only_library(tmp_path_factory):
+    """libpyroundlib built with -DPYROUNDLIB_WITH_CUDA=OFF (about 10 s)."""
+    if shutil.which("cmake") is None:
+        pytest.skip("needs cmake")
+    build = tmp_path_factory.mktemp("cpu-only")
+    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DPYROUNDLIB_WITH_CUDA=OFF",
+                    "-DPYROUNDLIB_BUILD_TESTS=OFF", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build), "-j", "2"], check=True, capture_output=True)
+    return build / _ffi.LIBRARY_FILE
+
+
+def test_cpu_only_library_asked_for_cuda_work(cpu_only_library):
+    lib = _ffi.Library(str(cpu_only_library))
+    assert not lib.has_cuda and lib.cuda_architectures == []
+    with pytest.raises(pyroundlib.CudaNotCompiledError, match="built without CUDA.*rebuild it"):
+        lib.prl_round_cuda(None, None, 4, 0, 0, None)
+    with pytest.raises(pyroundlib.CudaNotCompiledError, match="prl_lltm_backward_cuda"):
+        lib.prl_lltm_backward_cuda(None, None, None, None, None, None, 1, 1, 0, 0, None)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cpu_only_library_with_cuda_tensors(cpu_only_library):
+    code = ("import torch, pyroundlib\n"
+            "try:\n    pyroundlib.round_ste(torch.ones(3, device='cuda'))\n"
+            "except pyroundlib.CudaNotCompiledError as e:\n    print('CLEAN:', e)\n")
+    env = dict(os.environ, PYROUNDLIB_LIBRARY=str(cpu_only_library))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "CLEAN: PRL_ERROR_CUDA_NOT_COMPILED" in proc.stdout and "without CUDA" in proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")

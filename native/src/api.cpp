@@ -24,9 +24,10 @@ prl_status fail(prl_status status, const char *fmt, ...) {
 prl_status check_lltm_sizes(const char *fn, int64_t batch, int64_t state) {
     PRL_TRY(check_count(fn, "batch", batch));
     PRL_TRY(check_count(fn, "state", state));
-    if (state > 0 && batch > INT64_MAX / 3 / state)
-        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: batch * 3 * state overflows int64 (batch=%lld, state=%lld)",
-                    fn, (long long)batch, (long long)state);
+    if (state > 0 && batch > kMaxElements / 3 / state)
+        return fail(PRL_ERROR_INVALID_ARGUMENT,
+                    "%s: batch * 3 * state is more elements than any buffer can hold (batch=%lld, state=%lld)", fn,
+                    (long long)batch, (long long)state);
     return PRL_SUCCESS;
 }
 

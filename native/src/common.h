@@ -21,6 +21,9 @@
 
 namespace prl {
 
+// No buffer holds more elements than this (its byte size, at 8 bytes an element, must fit in int64_t).
+constexpr int64_t kMaxElements = INT64_MAX / 8;
+
 // Record a failure for prl_last_error() (thread-local) and return its status.
 prl_status fail(prl_status status, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -42,7 +45,7 @@ inline prl_status check_pointer(const char *fn, const char *arg, const void *p, 
     return PRL_SUCCESS;
 }
 
-// batch * state * 3 must fit in int64_t (the largest buffer an LLTM call indexes).
+// batch * 3 * state (the largest buffer an LLTM call indexes) must not exceed kMaxElements.
 prl_status check_lltm_sizes(const char *fn, int64_t batch, int64_t state);
 
 template <typename T> struct type_tag { using type = T; };

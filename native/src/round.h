@@ -12,6 +12,9 @@ template <typename T> PRL_HD T round_element(T x) { return store<T>(rint_(load(x
 
 inline prl_status check_round_args(const char *fn, const void *x, const void *y, int64_t n) {
     PRL_TRY(check_count(fn, "n", n));
+    if (n > kMaxElements)
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'n' is %lld, more elements than any buffer can hold",
+                    fn, (long long)n);
     PRL_TRY(check_pointer(fn, "x", x, n));
     return check_pointer(fn, "y", y, n);
 }

@@ -122,7 +122,24 @@ static void test_errors(void) {
     EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, -2, 1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'batch'");
     EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, 1, -3, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'state'");
     EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, INT64_MAX / 2, INT64_MAX / 2, PRL_FLOAT32),
-                 PRL_ERROR_INVALID_ARGUMENT, "overflows");
+                 PRL_ERROR_INVALID_ARGUMENT, "more elements than any buffer");
+    EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, INT64_MAX / 3, 2, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT,
+                 "more elements than any buffer");
+    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, y, y, 1, INT64_MAX, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT,
+                 "batch=1");
+    EXPECT_ERROR(prl_round_cpu(x, y, INT64_MAX, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "more elements");
+    EXPECT_ERROR(prl_round_cpu(x, y, INT64_MIN, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'n' must be >= 0");
+    EXPECT_ERROR(prl_round_cpu(NULL, NULL, INT64_MAX / 8, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'x' is NULL");
+    EXPECT_ERROR(prl_round_cpu(x, y, 1, INT32_MAX), PRL_ERROR_UNSUPPORTED_DTYPE, "2147483647");
+    EXPECT_ERROR(prl_round_cpu(x, y, 1, INT32_MIN), PRL_ERROR_UNSUPPORTED_DTYPE, "-2147483648");
+    /* n = 0 and batch or state = 0: nothing to do, any pointers */
+    CHECK(prl_lltm_forward_cpu(NULL, NULL, NULL, NULL, 0, 7, PRL_BFLOAT16) == PRL_SUCCESS);
+    CHECK(prl_lltm_backward_cpu(NULL, NULL, NULL, NULL, NULL, NULL, 3, 0, PRL_FLOAT16) == PRL_SUCCESS);
+    /* a failure leaves its message; a later success does not clear it, a later failure replaces it */
+    EXPECT_ERROR(prl_round_cpu(x, y, -5, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "-5");
+    CHECK(prl_round_cpu(x, y, 4, PRL_FLOAT32) == PRL_SUCCESS);
+    CHECK(strstr(prl_last_error(), "-5") != NULL);
+    for (int s = -3; s < 10; ++s) CHECK(prl_status_string(s) != NULL && prl_status_string(s)[0] != '\0');
     EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, NULL, y, 1, 1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT,
                  "'d_gates'");
     EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, y, y, 1, 1, 4), PRL_ERROR_UNSUPPORTED_DTYPE, "dtype");
@@ -131,6 +148,10 @@ static void test_errors(void) {
      * (no CUDA call is made for n = 0, so this needs no GPU). */
     if (prl_has_cuda()) {
         EXPECT_ERROR(prl_round_cuda(NULL, y, 4, PRL_FLOAT32, -1, NULL), PRL_ERROR_INVALID_ARGUMENT, "'x'");
+        EXPECT_ERROR(prl_round_cuda(x, y, -1, PRL_FLOAT32, 0, NULL), PRL_ERROR_INVALID_ARGUMENT, "'n'");
+        EXPECT_ERROR(prl_round_cuda(x, y, INT64_MAX, PRL_FLOAT32, 0, NULL), PRL_ERROR_INVALID_ARGUMENT, "more elements");
+        EXPECT_ERROR(prl_lltm_forward_cuda(x, x, y, y, INT64_MAX, INT64_MAX, PRL_FLOAT32, 0, NULL),
+                     PRL_ERROR_INVALID_ARGUMENT, "more elements");
         EXPECT_ERROR(prl_round_cuda(x, y, 4, 42, -1, NULL), PRL_ERROR_UNSUPPORTED_DTYPE, "42");
         CHECK(prl_round_cuda(NULL, NULL, 0, PRL_FLOAT32, -1, NULL) == PRL_SUCCESS);
         CHECK(prl_lltm_forward_cuda(NULL, NULL, NULL, NULL, 0, 5, PRL_FLOAT16, -1, NULL) == PRL_SUCCESS);
