@@ -64,7 +64,7 @@ COMPUTE_SANITIZER ?= compute-sanitizer
 cuda-sanitize: build deps
 	set -e; for tool in memcheck racecheck initcheck synccheck; do \
 	  echo "== compute-sanitizer --tool $$tool"; \
-	  $(COMPUTE_SANITIZER) --tool $$tool --error-exitcode 99 --kernel-name regex:'round_kernel|lltm_' \
+	  $(COMPUTE_SANITIZER) --tool $$tool --error-exitcode 99 --kernel-name kns=round_kernel --kernel-name kns=lltm_ \
 	    $(PYTHON) -m pytest -q -p no:cacheprovider $(CUDA_SANITIZE_TESTS) -k "$(CUDA_SANITIZE_K)"; \
 	done
 
