@@ -62,11 +62,11 @@ CUDA_SANITIZE_TESTS ?= tests/test_cuda.py tests/test_round.py tests/test_lltm.py
 CUDA_SANITIZE_K ?= cuda and not 2_31 and not 64_bit
 COMPUTE_SANITIZER ?= compute-sanitizer
 cuda-sanitize: build deps
-	set -e; for tool in memcheck racecheck initcheck synccheck; do \
+	status=0; for tool in memcheck racecheck initcheck synccheck; do \
 	  echo "== compute-sanitizer --tool $$tool"; \
 	  $(COMPUTE_SANITIZER) --tool $$tool --error-exitcode 99 --kernel-name kns=round_kernel --kernel-name kns=lltm_ \
-	    $(PYTHON) -m pytest -q -p no:cacheprovider $(CUDA_SANITIZE_TESTS) -k "$(CUDA_SANITIZE_K)"; \
-	done
+	    $(PYTHON) -m pytest -q -p no:cacheprovider $(CUDA_SANITIZE_TESTS) -k "$(CUDA_SANITIZE_K)" || status=1; \
+	done; exit $$status
 
 clean:
 	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) pyroundlib/$(LIB)
