@@ -57,15 +57,20 @@ fuzz: build deps
 
 # compute-sanitizer's four tools over the CUDA tests (GPU machine).  Only our kernels
 # are checked (torch's and cuBLAS's are not ours to fix); the >2^31-element tests are
-# left out (hours under memcheck).
+# left out (hours under memcheck).  racecheck skips the float16/bfloat16 LLTM tests:
+# compute-sanitizer 2025.3.1's racecheck fails internally ("failed to handle a hardware
+# exception") on those vectorised kernels, whose launches memcheck reports clean; they
+# use no shared memory, the only thing racecheck checks (benchmarks/NOTES.md, issue notes).
 CUDA_SANITIZE_TESTS ?= tests/test_cuda.py tests/test_round.py tests/test_lltm.py tests/test_threads.py
 CUDA_SANITIZE_K ?= cuda and not 2_31 and not 64_bit
+RACECHECK_K ?= $(CUDA_SANITIZE_K) and not (lltm and (float16 or bfloat16))
 COMPUTE_SANITIZER ?= compute-sanitizer
 cuda-sanitize: build deps
 	status=0; for tool in memcheck racecheck initcheck synccheck; do \
+	  k="$(CUDA_SANITIZE_K)"; [ $$tool = racecheck ] && k="$(RACECHECK_K)"; \
 	  echo "== compute-sanitizer --tool $$tool"; \
 	  $(COMPUTE_SANITIZER) --tool $$tool --error-exitcode 99 --kernel-name kns=round_kernel --kernel-name kns=lltm_ \
-	    $(PYTHON) -m pytest -q -p no:cacheprovider $(CUDA_SANITIZE_TESTS) -k "$(CUDA_SANITIZE_K)" || status=1; \
+	    $(PYTHON) -m pytest -q -p no:cacheprovider $(CUDA_SANITIZE_TESTS) -k "$$k" || status=1; \
 	done; exit $$status
 
 clean:
