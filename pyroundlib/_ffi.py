@@ -92,12 +92,16 @@ def error_for_status(status: int, name: str, message: str) -> PyRoundLibError:
 
 
 def candidate_paths() -> list[str]:
-    """Where the library is looked for, in order.  PYROUNDLIB_LIBRARY, when set, is the only one."""
+    """Where the library is looked for, in order: PYROUNDLIB_LIBRARY (when set, the only
+    place); the package's folders (``pyroundlib.__path__``: the installed package, and for
+    an editable install also the source folder); the source tree's build folder (`make`)."""
     override = os.environ.get(ENV_VAR)
     if override:
         return [override]
-    package_dir = Path(__file__).resolve().parent
-    return [str(package_dir / LIBRARY_FILE), str(package_dir.parent / "build" / LIBRARY_FILE)]
+    package = sys.modules[__package__]
+    folders = [Path(p) for p in getattr(package, "__path__", [Path(__file__).parent])]
+    build = Path(__file__).resolve().parent.parent / "build"
+    return [str(folder / LIBRARY_FILE) for folder in folders] + [str(build / LIBRARY_FILE)]
 
 
 def check_elf_extents(path: str) -> None:

@@ -1,0 +1,48 @@
+"""`python -m pyroundlib`: the report and self-test, and its exit status; and that the
+README's C ABI reference stays in step with the header."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from pyroundlib.__main__ import _arch_covered
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(**env):
+    return subprocess.run([sys.executable, "-m", "pyroundlib"], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, **env), timeout=300)
+
+
+def test_self_test_passes():
+    proc = run_cli()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for line in ("pyroundlib ", "library ", "CUDA ", "torch ", "self-test", "cpu    ok    round_ste",
+                 "cpu    ok    LLTM", "all good"):
+        assert line in proc.stdout, proc.stdout
+
+
+def test_missing_library_fails_with_a_hint(tmp_path):
+    proc = run_cli(PYROUNDLIB_LIBRARY=str(tmp_path / "missing.so"))
+    assert proc.returncode == 1
+    assert "FAILED to load" in proc.stdout and "make" in proc.stdout and str(tmp_path) in proc.stdout
+
+
+def test_architecture_coverage():
+    archs = ["75-real", "80-real", "90-real", "90-virtual"]
+    assert _arch_covered((9, 0), archs) and _arch_covered((8, 0), archs)
+    assert _arch_covered((12, 0), archs)  # through the compute_90 PTX
+    assert not _arch_covered((8, 6), archs) and not _arch_covered((7, 0), archs)
+
+
+def test_readme_documents_every_abi_function():
+    header = (ROOT / "native" / "include" / "pyroundlib.h").read_text()
+    readme = (ROOT / "README.md").read_text()
+    functions = set(re.findall(r"PRL_API\s+[\w\s\*]+?\b(prl_\w+)\s*\(", header))
+    assert len(functions) == 11, functions
+    missing = {f for f in functions if f not in readme}
+    # the README's table names the CPU forms and the `_cuda` variants in one row each
+    missing = {f for f in missing if not (f.endswith("_cuda") and f[:-5] + "_cpu" in readme)}
+    assert not missing, f"README's C ABI section does not mention {sorted(missing)}"
