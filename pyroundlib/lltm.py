@@ -97,10 +97,14 @@ lltm_forward_op.register_autograd(_lltm_forward_backward, setup_context=_lltm_fo
 
 
 class LLTMFunction(torch.autograd.Function):
-    """One LLTM step: (input, weights, bias, old_h, old_cell) -> (new_h, new_cell)."""
+    """One LLTM step as an autograd Function: ``LLTMFunction.apply(input, weights, bias,
+    old_h, old_cell) -> (new_h, new_cell)``, shapes as for ``lltm_cell`` (which checks
+    them; this does not).  Saves X = [old_h, input], weights, gates and old_cell; the
+    backward's GEMMs run only for the inputs that need a gradient."""
 
     @staticmethod
-    def forward(ctx, input, weights, bias, old_h, old_cell):
+    def forward(ctx, input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
+                old_cell: Tensor) -> tuple[Tensor, Tensor]:
         X = torch.cat([old_h, input], dim=1)
         gates = torch.addmm(bias, X, weights.t())
         if plain_eager(gates, old_cell):
@@ -112,7 +116,7 @@ class LLTMFunction(torch.autograd.Function):
         return new_h, new_cell
 
     @staticmethod
-    def backward(ctx, grad_h, grad_cell):
+    def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
         X, weights, gates, old_cell = ctx.saved_tensors
         if plain_eager(grad_h, grad_cell, gates, old_cell):
             d_gates, d_old_cell = _lltm_backward(grad_h, grad_cell, gates, old_cell)
@@ -208,7 +212,12 @@ class LLTM(torch.nn.Module):
             for weight in self.parameters():
                 weight.uniform_(-stdv, +stdv)
 
-    def forward(self, input: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    def forward(self, input: Tensor, state: Optional[tuple[Tensor, Tensor]] = None) -> tuple[Tensor, Tensor]:
+        """input [B, input_features]; state (h, c), each [B, state_size], zeros if omitted
+        (as for torch.nn.LSTMCell).  Returns (new_h, new_cell), each [B, state_size]."""
+        if state is None:
+            zeros = input.new_zeros(input.shape[0] if input.dim() == 2 else 0, self.state_size)
+            state = (zeros, zeros)
         old_h, old_cell = state
         return lltm_cell(input, self.weights, self.bias, old_h, old_cell)
 

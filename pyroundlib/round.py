@@ -47,7 +47,9 @@ round_op.register_autograd(_round_backward)
 
 
 class RoundSTEFunction(torch.autograd.Function):
-    """Round in the forward pass; pass the gradient straight through in the backward."""
+    """``RoundSTEFunction.apply(x)``: round half to even in the forward pass (a new tensor
+    of x's shape and dtype), the identity in the backward (the incoming gradient itself).
+    x: float32/float64/float16/bfloat16 on CPU or CUDA (``round_ste`` checks this)."""
 
     # The classic forward(ctx, ...) form: with a separate setup_context, every apply()
     # binds its arguments through inspect.signature, which costs more than the kernel.
@@ -73,7 +75,9 @@ def round_ste(x: Tensor) -> Tensor:
 
 
 class RoundSTE(torch.nn.Module):
-    """``round_ste`` as a layer, e.g. a binarising bottleneck after ``torch.sigmoid``."""
+    """``round_ste`` as a layer, e.g. a binarising bottleneck after ``torch.sigmoid``:
+    ``nn.Sequential(nn.Linear(64, 16), nn.Sigmoid(), RoundSTE())`` gives 16 bits of 0./1.
+    Input: any shape, float32/float64/float16/bfloat16; output: same shape and dtype."""
 
     def forward(self, x: Tensor) -> Tensor:
         return round_ste(x)

@@ -198,3 +198,12 @@ def test_opcheck_lltm_ops(device, dtype):
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (None, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, None, gates, old_cell))
+
+
+def test_module_default_state_is_zeros(device):
+    cell = pyroundlib.LLTM(5, 3).to(device)
+    x = torch.randn(4, 5, device=device)
+    h0, c0 = cell(x)
+    zeros = torch.zeros(4, 3, device=device)
+    h1, c1 = cell(x, (zeros, zeros))
+    assert torch.equal(h0, h1) and torch.equal(c0, c1)
