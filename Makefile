@@ -57,10 +57,12 @@ fuzz: build deps
 
 # compute-sanitizer's four tools over the CUDA tests (GPU machine).  Only our kernels
 # are checked (torch's and cuBLAS's are not ours to fix); the >2^31-element tests are
-# left out (hours under memcheck).  racecheck skips the float16/bfloat16 LLTM tests:
+# left out (hours under memcheck).  First, all four tools over the torch-free C workload
+# (tests/c/cuda_workload.cu): every kernel, nothing filtered.  Then the pytest runs.
+# racecheck there skips the float16/bfloat16 LLTM tests: inside a torch process,
 # compute-sanitizer 2025.3.1's racecheck fails internally ("failed to handle a hardware
-# exception") on those vectorised kernels, whose launches memcheck reports clean; they
-# use no shared memory, the only thing racecheck checks.  initcheck under torch reports
+# exception") on those kernels, which racecheck passes in the C workload and memcheck
+# passes everywhere (they use no shared memory, the only thing racecheck checks).  initcheck under torch reports
 # torch's own cudaMemcpy reads (inside torch.equal) and, with host copies unchecked, reads
 # of memory torch filled by copies; it cannot tell ours from torch's there.  So initcheck runs
 # on the C workload (tests/c/cuda_workload.cu) only, where it sees every write and read.
