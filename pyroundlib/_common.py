@@ -72,11 +72,6 @@ class Kernel:
             raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")
 
 
-def launch(op: str, device: torch.device, *args) -> None:
-    """Call op's kernel on ``device`` (for tests and tools; the ops hold their Kernel)."""
-    Kernel(op)(torch.empty(0, device=device), *args)
-
-
 _dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 _is_compiling = torch.compiler.is_compiling
 

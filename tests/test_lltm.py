@@ -134,10 +134,10 @@ def test_every_element_written(device, dtype):
     grad_h, grad_cell = torch.randn_like(old_cell), torch.randn_like(old_cell)
     code = _common.DTYPE_CODES[dtype]
     new_h, new_cell = torch.full_like(old_cell, math.nan), torch.full_like(old_cell, math.nan)
-    _common.launch("lltm_forward", gates.device, gates.data_ptr(), old_cell.data_ptr(), new_h.data_ptr(),
+    _common.Kernel("lltm_forward")(gates, gates.data_ptr(), old_cell.data_ptr(), new_h.data_ptr(),
                    new_cell.data_ptr(), batch, state, code)
     d_gates, d_cell = torch.full_like(gates, math.nan), torch.full_like(old_cell, math.nan)
-    _common.launch("lltm_backward", gates.device, grad_h.data_ptr(), grad_cell.data_ptr(), gates.data_ptr(),
+    _common.Kernel("lltm_backward")(gates, grad_h.data_ptr(), grad_cell.data_ptr(), gates.data_ptr(),
                    old_cell.data_ptr(), d_gates.data_ptr(), d_cell.data_ptr(), batch, state, code)
     eh, ec = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
     eg, edc = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)

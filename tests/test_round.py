@@ -77,7 +77,7 @@ def test_every_element_written(device, dtype):
     """Call the kernel into a NaN-poisoned buffer: every output element must be overwritten."""
     x = (torch.randn(1237, dtype=torch.float64) * 3).to(dtype=dtype, device=device)
     y = torch.full_like(x, math.nan)
-    _common.launch("round", x.device, x.data_ptr(), y.data_ptr(), x.numel(), _common.DTYPE_CODES[dtype])
+    _common.Kernel("round")(x, x.data_ptr(), y.data_ptr(), x.numel(), _common.DTYPE_CODES[dtype])
     assert bits_equal(y, torch.round(x))
 
 
