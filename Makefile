@@ -42,7 +42,8 @@ SAN_BUILD_DIR ?= build-sanitize
 SAN_TESTS ?= tests/test_round.py tests/test_lltm.py tests/test_validation.py tests/test_library.py \
              tests/test_threads.py tests/test_fuzz.py
 sanitize: deps
-	cmake -S . -B $(SAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPYROUNDLIB_WITH_CUDA=OFF -DPYROUNDLIB_SANITIZE=ON
+	cmake -S . -B $(SAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPYROUNDLIB_WITH_CUDA=OFF -DPYROUNDLIB_SANITIZE=ON \
+	  -DPYROUNDLIB_CPU_MULTIVERSION=OFF
 	cmake --build $(SAN_BUILD_DIR) -j $(JOBS)
 	cd $(SAN_BUILD_DIR) && ctest --output-on-failure
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \

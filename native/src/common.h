@@ -10,11 +10,15 @@
 #include "pyroundlib.h"
 #include "scalar.h"
 
-// The CPU loops are built twice, for AVX2+FMA (x86-64-v3) and for the x86-64 baseline;
-// the dynamic loader picks one per machine (GCC function multi-versioning, an ifunc).
+// The CPU loops are built three times, for AVX-512 (x86-64-v4), AVX2+FMA (x86-64-v3) and
+// the x86-64 baseline; the dynamic loader picks one per machine (GCC function
+// multi-versioning, an ifunc).  The math they call must be always_inline (PRL_HD): a
+// plain inline function is not inlined into the AVX-512 clone, which then calls it per
+// element, unvectorised, 5x slower.  `make sanitize` builds the baseline alone
+// (-DPYROUNDLIB_CPU_MULTIVERSION=OFF), so the tests cover it too.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
     !defined(PRL_NO_MULTIVERSION)
-#define PRL_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define PRL_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define PRL_CPU_CLONES
 #endif

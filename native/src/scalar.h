@@ -130,12 +130,12 @@ namespace host {
 // round half to even: adding 2^23 leaves no fraction bits, so the FPU rounds (in the
 // default round-to-nearest-even mode, as rintf does); the sign is put back afterwards
 // so that -0.3 -> -0.0.  |x| >= 2^23 (and inf, NaN) is already integral: returned as is.
-inline float rint(float x) {
+PRL_HD float rint(float x) {
     const float a = fabsf(x);
     const float r = copysignf((a + 8388608.0f) - 8388608.0f, x);
     return a < 8388608.0f ? r : x;
 }
-inline double rint(double x) {
+PRL_HD double rint(double x) {
     const double a = fabs(x);
     const double r = copysign((a + 4503599627370496.0) - 4503599627370496.0, x);
     return a < 4503599627370496.0 ? r : x;
@@ -145,7 +145,7 @@ inline double rint(double x) {
 // the result saturates at ~1.2e-38 and ~3.4e38 instead of reaching 0 and inf: where
 // the LLTM uses it (sigmoid, tanh, the ELU and its derivative) that changes nothing
 // representable.  Written as two-way selects only, so that GCC vectorises the loops.
-inline float exp(float x) {
+PRL_HD float exp(float x) {
     float c = x < -87.33f ? -87.33f : x;
     c = c > 88.72f ? 88.72f : c;
     const float n = (c * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
@@ -162,7 +162,7 @@ inline float exp(float x) {
     return x != x ? x : e;  // NaN stays NaN
 }
 // e^x - 1, accurate near 0 (Taylor to x^8 for |x| < 0.5).
-inline float expm1(float x) {
+PRL_HD float expm1(float x) {
     float p = 1.0f / 40320.0f;
     p = p * x + 1.0f / 5040.0f;
     p = p * x + 1.0f / 720.0f;
@@ -174,7 +174,7 @@ inline float expm1(float x) {
     return fabsf(x) < 0.5f ? small : exp(x) - 1.0f;
 }
 // tanh: odd Taylor series to x^9 for |x| < 0.25, else 1 - 2 / (e^{2|x|} + 1) with the sign.
-inline float tanh(float x) {
+PRL_HD float tanh(float x) {
     const float a = fabsf(x), x2 = x * x;
     float p = 62.0f / 2835.0f;
     p = p * x2 - 17.0f / 315.0f;
