@@ -22,7 +22,7 @@ def check_tensor(name: str, value) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if value.dtype not in DTYPE_CODES:
         raise TypeError(f"{name} must have dtype float32, float64, float16 or bfloat16, got {value.dtype}")
-    if value.device.type not in SUPPORTED_DEVICES and value.device.type != "meta":
+    if not (value.is_cuda or value.is_cpu or value.is_meta):
         raise ValueError(f"{name} is on device {value.device}; pyroundlib runs on CPU and CUDA tensors")
 
 
@@ -47,29 +47,35 @@ class Kernel:
 
     ``kernel(t, *args)`` calls ``prl_<name>_cpu(*args)`` or, for a CUDA tensor ``t``,
     ``prl_<name>_cuda(*args, device_index, stream)`` with the current stream of ``t``'s
-    own device; the library makes that device current around the launch.
+    own device; the library makes that device current around the launch.  A non-zero
+    status raises.  The CPU call releases the GIL while the kernel computes; the CUDA
+    call, which only enqueues a launch, keeps it (``Library.entry``).
     """
 
-    __slots__ = ("name", "_cpu", "_cuda")
+    __slots__ = ("name", "_lib", "_cpu", "_cuda")
 
     def __init__(self, name: str):
         self.name = name
-        self._cpu = self._cuda = None
+        self._lib = self._cpu = self._cuda = None
 
     def _bind(self):
         lib = _ffi.library()
-        self._cpu, self._cuda = getattr(lib, f"prl_{self.name}_cpu"), getattr(lib, f"prl_{self.name}_cuda")
+        self._cpu = lib.entry(f"prl_{self.name}_cpu")
+        self._cuda = lib.entry(f"prl_{self.name}_cuda", keep_gil=True)
+        self._lib = lib
 
     def __call__(self, t: torch.Tensor, *args) -> None:
-        if self._cpu is None:
+        if self._lib is None:
             self._bind()
         if t.is_cuda:
             index = t.get_device()
-            self._cuda(*args, index, _raw_stream(index))
+            status = self._cuda(*args, index, _raw_stream(index))
         elif t.is_cpu:
-            self._cpu(*args)
+            status = self._cpu(*args)
         else:
             raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")
+        if status:
+            self._lib.raise_status(status)
 
 
 _dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)

@@ -53,8 +53,10 @@ class Library:
     def __init__(self, path: str):
         self.path = path
         # CDLL: every call releases the GIL, so other Python threads run while a CPU
-        # kernel computes (keeping it for the short CUDA calls measured no faster).
+        # kernel computes.  PyDLL (the same loaded object) keeps it: see entry().
         self._dll = ctypes.CDLL(path)
+        self._dll_keep_gil = ctypes.PyDLL(path)
+        self._argtypes = {name: argtypes for name, _, argtypes in _SIGNATURES}
         self.abi_version = self._bind("prl_abi_version", _INT, ())()
         if self.abi_version != ABI_VERSION:
             raise LibraryLoadError(
@@ -81,9 +83,23 @@ class Library:
 
     def _check_status(self, status, func, args):
         if status != 0:
-            raise error_for_status(status, self.prl_status_string(status).decode(),
-                                   self.prl_last_error().decode(errors="replace"))
+            self.raise_status(status)
         return status
+
+    def raise_status(self, status: int):
+        """Raise the exception for a non-zero prl_status (message: this thread's last error)."""
+        raise error_for_status(status, self.prl_status_string(status).decode(),
+                               self.prl_last_error().decode(errors="replace"))
+
+    def entry(self, name: str, keep_gil: bool = False):
+        """A separate, lean binding of a status-returning function for the ops' hot path:
+        it returns the status as an int (the caller checks it and calls raise_status), with
+        no errcheck callback.  keep_gil=True calls it without releasing the GIL: right for
+        the CUDA entry points, which only enqueue work (as torch's own ops do), so that a
+        launch never waits to take the GIL back from another thread."""
+        fn = (self._dll_keep_gil if keep_gil else self._dll)[name]
+        fn.argtypes, fn.restype = self._argtypes[name], c_int
+        return fn
 
 
 def error_for_status(status: int, name: str, message: str) -> PyRoundLibError:
