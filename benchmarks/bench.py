@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import platform
@@ -90,23 +91,44 @@ class Result:
 
 class Timer:
     """CUDA events around `reps` calls for GPU-bound cases; perf_counter around `reps`
-    calls and one synchronise for host-bound ones (and on the CPU)."""
+    calls and one synchronise for host-bound ones (and on the CPU).
+
+    As `timeit` does, the garbage collector is off while a round is timed (a collection
+    lands on whichever variant happens to run then).  GPU-bound rounds start behind a
+    `torch.cuda._sleep` kernel long enough for the host to enqueue all `reps` calls
+    first, so the events time the GPU work alone, not the host's head start: without it,
+    the first call's host time (tens of us of Python) is counted as GPU idle time."""
 
     def __init__(self, device: torch.device, host: bool = False):
         self.cuda = device.type == "cuda"
         self.events = self.cuda and not host
+        self.lead = 0.0  # seconds of host time to cover with the sleep kernel
+        self.cycles_per_second = _sleep_rate() if self.events else 0.0
 
     def sync(self):
         if self.cuda:
             torch.cuda.synchronize()
 
     def __call__(self, fn, reps: int) -> float:
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._time(fn, reps)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _time(self, fn, reps: int) -> float:
         if self.events:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.sync()
+            torch.cuda._sleep(int(self.lead * self.cycles_per_second))
+            t0 = time.perf_counter()
             start.record()
             for _ in range(reps):
                 fn()
             end.record()
+            self.lead = max(self.lead, 1.5 * (time.perf_counter() - t0) + 200e-6)
             end.synchronize()
             return start.elapsed_time(end) / 1e3 / reps
         self.sync()
@@ -115,6 +137,23 @@ class Timer:
             fn()
         self.sync()
         return (time.perf_counter() - t0) / reps
+
+
+_SLEEP_RATE: list[float] = []
+
+
+def _sleep_rate() -> float:
+    """Cycles per second of torch.cuda._sleep on this GPU (measured once)."""
+    if not _SLEEP_RATE:
+        cycles = 10_000_000
+        torch.cuda._sleep(cycles)  # warm-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _SLEEP_RATE.append(cycles / (start.elapsed_time(end) / 1e3))
+    return _SLEEP_RATE[0]
 
 
 def run_case(case: Case, device: torch.device, rounds: int, round_seconds: float) -> Result:

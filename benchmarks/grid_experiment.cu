@@ -28,6 +28,15 @@ __global__ void k(const float* x, float* y, long long groups) {
     }
   }
 }
+// one vector per thread, with separate load / store cache hints
+template <bool LDCS, bool STCS>
+__global__ void k2(const float* x, float* y, long long groups) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= groups) return;
+  float4 t = LDCS ? __ldcs(reinterpret_cast<const float4*>(x) + i) : reinterpret_cast<const float4*>(x)[i];
+  t.x = rintf(t.x); t.y = rintf(t.y); t.z = rintf(t.z); t.w = rintf(t.w);
+  if (STCS) __stcs(reinterpret_cast<float4*>(y) + i, t); else reinterpret_cast<float4*>(y)[i] = t;
+}
 // torch-like: each thread exactly U vectors, block-contiguous, no loop
 template <int U>
 __global__ void oneshot(const float* x, float* y, long long groups) {
@@ -61,10 +70,16 @@ int main() {
   vars.push_back({"oneshot U4 b128", [&] { oneshot<4><<<(unsigned)((groups + 511) / 512), 128>>>(x, y, groups); }});
   vars.push_back({"oneshot U1 b128", [&] { oneshot<1><<<(unsigned)((groups + 127) / 128), 128>>>(x, y, groups); }});
   vars.push_back({"oneshot U2 b256", [&] { oneshot<2><<<(unsigned)((groups + 511) / 512), 256>>>(x, y, groups); }});
+  vars.push_back({"unclamped U1 stcs", [&] { k2<false, true><<<(unsigned)((groups + 255) / 256), 256>>>(x, y, groups); }});
+  vars.push_back({"unclamped U1 ldcs+stcs", [&] { k2<true, true><<<(unsigned)((groups + 255) / 256), 256>>>(x, y, groups); }});
+  vars.push_back({"unclamped U1 b128", [&] { k<1, false><<<(unsigned)((groups + 127) / 128), 128>>>(x, y, groups); }});
+  vars.push_back({"unclamped U1 b512", [&] { k<1, false><<<(unsigned)((groups + 511) / 512), 512>>>(x, y, groups); }});
+  vars.push_back({"unclamped U1 b1024", [&] { k<1, false><<<(unsigned)((groups + 1023) / 1024), 1024>>>(x, y, groups); }});
+  vars.push_back({"unclamped U2", [&] { k<2, false><<<(unsigned)((groups + 511) / 512), 256>>>(x, y, groups); }});
   std::vector<std::vector<float>> t(vars.size());
   cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
   for (auto& v : vars) for (int i = 0; i < 3; ++i) v.second();
-  for (int r = 0; r < 25; ++r) for (size_t i = 0; i < vars.size(); ++i) {
+  for (int r = 0; r < 41; ++r) for (size_t i = 0; i < vars.size(); ++i) {
     cudaEventRecord(a); vars[i].second(); cudaEventRecord(b); cudaEventSynchronize(b);
     float ms; cudaEventElapsedTime(&ms, a, b); t[i].push_back(ms);
   }
