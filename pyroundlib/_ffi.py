@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 1  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 2  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 LIBRARY_FILE = {"win32": "pyroundlib.dll", "darwin": "libpyroundlib.dylib"}.get(sys.platform, "libpyroundlib.so")
 
@@ -41,9 +41,9 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     #                                    gates old_cell new_h new_cell batch state dtype [device stream]
     ("prl_lltm_forward_cpu",   STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT)),
     ("prl_lltm_forward_cuda",  STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
-    #                                    grad_h grad_cell gates old_cell d_gates d_old_cell batch state dtype [..]
-    ("prl_lltm_backward_cpu",  STATUS,   (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
-    ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
+    #                                    grad_h grad_cell gates old_cell d_gates d_old_cell d_bias batch state dtype [..]
+    ("prl_lltm_backward_cpu",  STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
+    ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
 )
 
 

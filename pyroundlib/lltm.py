@@ -19,6 +19,12 @@ from ._common import DTYPE_CODES, SUPPORTED_DEVICES, Kernel, check_like, check_s
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
 
+# The bias gradient (the column sums of d_gates) is computed inside the backward kernel
+# on the CPU always, and on CUDA up to this batch size: there the fused kernel gives
+# each 32 columns one block, which saves a reduction launch (what counts while the
+# host is the bottleneck) but streams large batches slower than a separate reduction.
+FUSED_BIAS_MAX_CUDA_BATCH = 256
+
 
 def _check_pointwise(gates: Tensor, old_cell: Tensor) -> tuple[int, int]:
     check_tensor("old_cell", old_cell)
@@ -39,16 +45,20 @@ def _lltm_forward(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
     return new_h, new_cell
 
 
-def _lltm_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
-                   old_cell: Tensor) -> tuple[Tensor, Tensor]:
+def _lltm_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor, old_cell: Tensor,
+                   with_bias: bool = False) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+    """(d_gates, d_old_cell, d_bias): d_bias = d_gates.sum(0), computed in the same kernel,
+    when with_bias (else None)."""
     gates, old_cell = gates.contiguous(), old_cell.contiguous()
     grad_h = grad_h.contiguous() if grad_h is not None else None
     grad_cell = grad_cell.contiguous() if grad_cell is not None else None
     d_gates, d_old_cell = torch.empty_like(gates), torch.empty_like(old_cell)
+    d_bias = gates.new_empty(gates.shape[1]) if with_bias else None
     batch, state = old_cell.shape
     _backward_kernel(old_cell, ptr(grad_h), ptr(grad_cell), gates.data_ptr(), old_cell.data_ptr(),
-                     d_gates.data_ptr(), d_old_cell.data_ptr(), batch, state, DTYPE_CODES[old_cell.dtype])
-    return d_gates, d_old_cell
+                     d_gates.data_ptr(), d_old_cell.data_ptr(), ptr(d_bias), batch, state,
+                     DTYPE_CODES[old_cell.dtype])
+    return d_gates, d_old_cell, d_bias
 
 
 @torch.library.custom_op("pyroundlib::lltm_forward", mutates_args=())
@@ -73,7 +83,8 @@ def lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gate
         if grad is not None:
             check_like(name, grad, "old_cell", old_cell)
             check_shape(name, grad, (batch, state), "[batch, state]")
-    return _lltm_backward(grad_h, grad_cell, gates, old_cell)
+    d_gates, d_old_cell, _ = _lltm_backward(grad_h, grad_cell, gates, old_cell)
+    return d_gates, d_old_cell
 
 
 @lltm_backward_op.register_fake
@@ -118,15 +129,17 @@ class LLTMFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
         X, weights, gates, old_cell = ctx.saved_tensors
+        need_input, need_weights, need_bias, need_old_h, _ = ctx.needs_input_grad
+        d_bias = None
         if plain_eager(grad_h, grad_cell, gates, old_cell):
-            d_gates, d_old_cell = _lltm_backward(grad_h, grad_cell, gates, old_cell)
+            fuse_bias = need_bias and (gates.is_cpu or gates.shape[0] <= FUSED_BIAS_MAX_CUDA_BATCH)
+            d_gates, d_old_cell, d_bias = _lltm_backward(grad_h, grad_cell, gates, old_cell, fuse_bias)
         else:
             d_gates, d_old_cell = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
-        need_input, need_weights, need_bias, need_old_h, _ = ctx.needs_input_grad
-        d_input = d_weights = d_bias = d_old_h = None
+        d_input = d_weights = d_old_h = None
         if need_weights:
             d_weights = d_gates.t().mm(X)
-        if need_bias:
+        if need_bias and d_bias is None:
             d_bias = d_gates.sum(dim=0)
         if need_input or need_old_h:
             d_X = d_gates.mm(weights)

@@ -18,7 +18,7 @@ LIB = Path(pyroundlib.library_info()["path"])
 def test_library_info():
     info = pyroundlib.library_info()
     assert Path(info["path"]).exists()
-    assert info["abi_version"] == pyroundlib.ABI_VERSION == 1
+    assert info["abi_version"] == pyroundlib.ABI_VERSION == 2
     assert isinstance(info["cuda"], bool)
     if info["cuda"]:
         assert any(a.startswith("90") for a in info["cuda_architectures"])  # H100/H200
@@ -86,7 +86,7 @@ def test_cpu_only_library_asked_for_cuda_work(cpu_only_library):
     with pytest.raises(pyroundlib.CudaNotCompiledError, match="built without CUDA.*rebuild it"):
         lib.prl_round_cuda(None, None, 4, 0, 0, None)
     with pytest.raises(pyroundlib.CudaNotCompiledError, match="prl_lltm_backward_cuda"):
-        lib.prl_lltm_backward_cuda(None, None, None, None, None, None, 1, 1, 0, 0, None)
+        lib.prl_lltm_backward_cuda(None, None, None, None, None, None, None, 1, 1, 0, 0, None)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -107,7 +107,7 @@ def test_other_abi_version(monkeypatch, tmp_path):
     lib = tmp_path / "libfake.so"
     subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
     monkeypatch.setenv(_ffi.ENV_VAR, str(lib))
-    with pytest.raises(pyroundlib.LibraryLoadError, match="ABI version 999.*needs ABI version 1"):
+    with pytest.raises(pyroundlib.LibraryLoadError, match="ABI version 999.*needs ABI version 2"):
         _ffi.load_library()
 
 

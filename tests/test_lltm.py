@@ -138,12 +138,53 @@ def test_every_element_written(device, dtype):
                    new_cell.data_ptr(), batch, state, code)
     d_gates, d_cell = torch.full_like(gates, math.nan), torch.full_like(old_cell, math.nan)
     _common.Kernel("lltm_backward")(gates, grad_h.data_ptr(), grad_cell.data_ptr(), gates.data_ptr(),
-                   old_cell.data_ptr(), d_gates.data_ptr(), d_cell.data_ptr(), batch, state, code)
+                   old_cell.data_ptr(), d_gates.data_ptr(), d_cell.data_ptr(), None, batch, state, code)
     eh, ec = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
     eg, edc = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
     for got, want in ((new_h, eh), (new_cell, ec), (d_gates, eg), (d_cell, edc)):
         assert not torch.isnan(got).any()
         assert torch.equal(got, want)
+
+
+BIAS_SUM_TOLERANCES = {  # d_bias against the float64 sum of the stored d_gates: accumulation + final rounding
+    torch.float64: dict(rtol=1e-12, atol=1e-12),
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=1e-3, atol=1e-3),
+    torch.bfloat16: dict(rtol=8e-3, atol=8e-3),
+}
+
+
+@pytest.mark.parametrize("batch,state", [(0, 5), (1, 1), (37, 29), (300, 64), (17, 40)])
+def test_fused_bias_gradient(device, dtype, batch, state):
+    """d_bias from the backward kernel: every element written, the column sums of d_gates
+    as stored, deterministic; d_gates and d_old_cell as without it."""
+    gates = (torch.randn(batch, 3 * state, device=device) * 3).to(dtype)
+    old_cell = torch.randn(batch, state, device=device).to(dtype)
+    grad_h, grad_cell = torch.randn_like(old_cell), torch.randn_like(old_cell)
+    d_gates, d_cell, d_bias = torch.full_like(gates, math.nan), torch.full_like(old_cell, math.nan), \
+        torch.full((3 * state,), math.nan, device=device, dtype=dtype)
+    _common.Kernel("lltm_backward")(gates, grad_h.data_ptr(), grad_cell.data_ptr(), gates.data_ptr(),
+                                    old_cell.data_ptr(), d_gates.data_ptr(), d_cell.data_ptr(), d_bias.data_ptr(),
+                                    batch, state, _common.DTYPE_CODES[dtype])
+    assert not torch.isnan(d_bias).any() and not torch.isnan(d_gates).any() and not torch.isnan(d_cell).any()
+    torch.testing.assert_close(d_bias.double(), d_gates.double().sum(0), **BIAS_SUM_TOLERANCES[dtype])
+    plain_gates, plain_cell, none = pyroundlib.lltm._lltm_backward(grad_h, grad_cell, gates, old_cell)
+    assert none is None
+    close = dict(rtol=0, atol=0) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    if dtype in (torch.float16, torch.bfloat16):  # a last-bit difference in float becomes one 16-bit ulp at most
+        close = dict(rtol=1e-2, atol=1e-3)
+    torch.testing.assert_close(d_gates, plain_gates, **close)
+    torch.testing.assert_close(d_cell, plain_cell, **close)
+    again = pyroundlib.lltm._lltm_backward(grad_h, grad_cell, gates, old_cell, with_bias=True)
+    assert torch.equal(again[2], d_bias)  # deterministic: the same bits every time
+
+
+@pytest.mark.parametrize("fused_up_to", [0, 10**9])
+def test_bias_gradient_fused_or_not(device, monkeypatch, fused_up_to):
+    """The LLTM gradients are right whichever way the bias gradient is computed on CUDA
+    (the CPU always fuses it)."""
+    monkeypatch.setattr(pyroundlib.lltm, "FUSED_BIAS_MAX_CUDA_BATCH", fused_up_to)
+    check_against_reference(make_args(40, 7, 19, torch.float32, device))
 
 
 def test_pointwise_ops_against_reference(device, dtype):

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 1
+#define PRL_ABI_VERSION 2
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -106,14 +106,21 @@ PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const void *old_cell
  * grad_h, grad_cell: [batch, state], gradients of new_h and new_cell; either may be
  *   NULL, meaning zero.
  * gates, old_cell: the forward's inputs (the activations are recomputed from them).
- * d_gates: [batch, 3*state], d_old_cell: [batch, state] (outputs). */
+ * d_gates: [batch, 3*state], d_old_cell: [batch, state] (outputs).
+ * d_bias: [3*state] (output), or NULL: when given, also the column sums of d_gates
+ *   as stored (the gradient of b in gates = X @ W^T + b), accumulated in float
+ *   (double for float64) in a fixed order, so the result is deterministic.  This
+ *   fuses a reduction into the same pass (one launch, no second read of d_gates).
+ *   On CUDA it selects a kernel that gives each tile of 32 columns one block: the
+ *   right trade for small batches, where the launch is the cost; for large ones,
+ *   pass NULL and reduce d_gates separately (a wide grid moves the bytes faster). */
 PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const void *grad_cell,
                                          const void *gates, const void *old_cell,
-                                         void *d_gates, void *d_old_cell,
+                                         void *d_gates, void *d_old_cell, void *d_bias,
                                          int64_t batch, int64_t state, int dtype);
 PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_cell,
                                           const void *gates, const void *old_cell,
-                                          void *d_gates, void *d_old_cell,
+                                          void *d_gates, void *d_old_cell, void *d_bias,
                                           int64_t batch, int64_t state, int dtype,
                                           int device, void *stream);
 

@@ -18,10 +18,13 @@
 
 namespace prl {
 
-constexpr int kCudaNumThreads = 256;  // Caffe's CAFFE_CUDA_NUM_THREADS, in a modern size
+// Caffe2's CAFFE_CUDA_NUM_THREADS (Caffe had 512).  On H200, one 16-byte vector per
+// thread: 128 threads a block streamed at 0.982-0.991 of cudaMemcpy's time, 256 at
+// 0.986-0.994, 512 at 1.02, 1024 at 1.07 (benchmarks/grid_experiment.cu, two runs).
+constexpr int kCudaNumThreads = 128;
 
 // Caffe's CAFFE_GET_BLOCKS(n): one thread per work item, in as many blocks as that
-// takes, clamped at kCudaMaxBlocks (2^28 threads) past which the grid-stride loop
+// takes, clamped at kCudaMaxBlocks (2^27 threads) past which the grid-stride loop
 // takes over.  Measured on H200 (benchmarks/NOTES.md): this grid streams at copy
 // bandwidth, while a grid clamped to one resident wave (multiprocessor count x
 // blocks per multiprocessor) stays ~7% below it at any unrolling.

@@ -20,7 +20,7 @@ PRL_API prl_status prl_lltm_forward_cuda(const void *, const void *, void *, voi
 }
 
 PRL_API prl_status prl_lltm_backward_cuda(const void *, const void *, const void *, const void *, void *, void *,
-                                          int64_t, int64_t, int, int, void *) {
+                                          void *, int64_t, int64_t, int, int, void *) {
     return not_compiled(__func__);
 }
 

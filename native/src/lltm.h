@@ -98,11 +98,14 @@ inline prl_status check_lltm_forward_args(const char *fn, const void *gates, con
     return check_pointer(fn, "new_cell", new_cell, n);
 }
 
-// grad_h and grad_cell may be NULL (a zero gradient).
+// grad_h and grad_cell may be NULL (a zero gradient), and d_bias (not wanted).
 inline prl_status check_lltm_backward_args(const char *fn, const void *gates, const void *old_cell,
-                                           const void *d_gates, const void *d_old_cell, int64_t batch,
-                                           int64_t state) {
+                                           const void *d_gates, const void *d_old_cell, const void *d_bias,
+                                           int64_t batch, int64_t state) {
     PRL_TRY(check_lltm_sizes(fn, batch, state));
+    if (d_bias != nullptr && state > kMaxElements / 3)  // with batch == 0, 3 * state is not checked above
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: d_bias would hold 3 * state elements, more than any buffer can "
+                    "(state=%lld)", fn, (long long)state);
     const int64_t n = batch * state;
     PRL_TRY(check_pointer(fn, "gates", gates, n));
     PRL_TRY(check_pointer(fn, "old_cell", old_cell, n));

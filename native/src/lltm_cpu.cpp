@@ -4,6 +4,7 @@
 // loop has no branches and its pointers are __restrict (the ABI forbids overlapping
 // buffers), so GCC vectorises it (see also the CPU flags in CMakeLists.txt).
 #include <type_traits>
+#include <vector>
 
 #include "lltm.h"
 
@@ -18,14 +19,21 @@ PRL_CPU_CLONES void forward_rows(int64_t batch, int64_t state, const T *__restri
 }
 
 // has_h / has_cell: std::true_type or std::false_type, so no branch is left in the loop.
+// sums (3*state accumulators, or NULL): each finished row of d_gates is added to them
+// while it is still in L1, in row order.
 template <typename T, typename FlagH, typename FlagCell>
 PRL_CPU_CLONES void backward_rows(int64_t batch, int64_t state, const T *__restrict grad_h, const T *__restrict grad_cell,
                    FlagH has_h, FlagCell has_cell, const T *__restrict gates, const T *__restrict old_cell,
-                   T *__restrict d_gates, T *__restrict d_old_cell) {
-    for (int64_t row = 0; row < batch; ++row)
+                   T *__restrict d_gates, T *__restrict d_old_cell, prl::acc_t<T> *__restrict sums) {
+    for (int64_t row = 0; row < batch; ++row) {
         for (int64_t col = 0; col < state; ++col)
             prl::lltm_backward_cols<1, T, int64_t>(row, col, state, grad_h, grad_cell, has_h, has_cell, gates,
                                                    old_cell, d_gates, d_old_cell);
+        if (sums != nullptr) {
+            const T *__restrict d_row = d_gates + row * 3 * state;
+            for (int64_t c = 0; c < 3 * state; ++c) sums[c] += prl::load(d_row[c]);
+        }
+    }
 }
 
 }  // namespace
@@ -46,16 +54,18 @@ extern "C" PRL_API prl_status prl_lltm_forward_cpu(const void *gates, const void
 
 extern "C" PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const void *grad_cell, const void *gates,
                                                     const void *old_cell, void *d_gates, void *d_old_cell,
-                                                    int64_t batch, int64_t state, int dtype) {
+                                                    void *d_bias, int64_t batch, int64_t state, int dtype) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_lltm_backward_args(fn, gates, old_cell, d_gates, d_old_cell, batch, state));
+    PRL_TRY(prl::check_lltm_backward_args(fn, gates, old_cell, d_gates, d_old_cell, d_bias, batch, state));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
+        std::vector<prl::acc_t<T>> sums(d_bias != nullptr ? 3 * state : 0);  // bad_alloc: PRL_ERROR_INTERNAL
         auto rows = [&](auto has_h, auto has_cell) {
             backward_rows<T>(batch, state, static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell), has_h,
                              has_cell, static_cast<const T *>(gates), static_cast<const T *>(old_cell),
-                             static_cast<T *>(d_gates), static_cast<T *>(d_old_cell));
+                             static_cast<T *>(d_gates), static_cast<T *>(d_old_cell),
+                             d_bias != nullptr ? sums.data() : nullptr);
         };
         using yes = std::true_type;
         using no = std::false_type;
@@ -63,6 +73,8 @@ extern "C" PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const vo
         else if (grad_h) rows(yes{}, no{});
         else if (grad_cell) rows(no{}, yes{});
         else rows(no{}, no{});
+        T *bias_out = static_cast<T *>(d_bias);
+        for (size_t c = 0; c < sums.size(); ++c) bias_out[c] = prl::store<T>(sums[c]);
         return PRL_SUCCESS;
     });
     PRL_API_END

@@ -34,6 +34,57 @@ __global__ void lltm_backward_kernel(const T *__restrict__ grad_h, const T *__re
     }
 }
 
+// The backward with the bias gradient fused in: d_bias = the column sums of d_gates.
+// A block (kBiasCols x kBiasRows threads) owns a tile of kBiasCols state columns
+// (3 * kBiasCols gate columns) for every row: row lane y walks rows y, y + kBiasRows,
+// ..., summing what it stores; the lanes' partial sums then meet in shared memory and
+// are added in lane order, so the result does not depend on scheduling.  Caffe's
+// grid-stride loop, one level up: blocks stride over the tiles.  Only kBiasCols x
+// kBiasRows threads work on each 32 columns, so this suits small batches (host-bound,
+// where saving a reduction launch is what counts); large ones reduce separately.
+constexpr int kBiasCols = 32, kBiasRows = 16;
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kBiasCols * kBiasRows)
+    lltm_backward_bias_kernel(const T *__restrict__ grad_h, const T *__restrict__ grad_cell,
+                              const T *__restrict__ gates, const T *__restrict__ old_cell, T *__restrict__ d_gates,
+                              T *__restrict__ d_old_cell, T *__restrict__ d_bias, I batch, I state) {
+    using A = prl::acc_t<T>;
+    __shared__ A partial[3][kBiasRows][kBiasCols];
+    const bool has_h = grad_h != nullptr, has_cell = grad_cell != nullptr;
+    const I tiles = (state + kBiasCols - 1) / kBiasCols;
+    for (I tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const I col = tile * kBiasCols + threadIdx.x;
+        A sum[3] = {A(0), A(0), A(0)};
+        if (col < state) {
+            for (I row = threadIdx.y; row < batch; row += kBiasRows) {
+                const I k = row * state + col, g = row * 3 * state + col;
+                A d[3], d_cell;
+                prl::lltm_backward_math<A>(has_h ? prl::load(grad_h[k]) : A(0), has_cell ? prl::load(grad_cell[k]) : A(0),
+                                           prl::load(gates[g]), prl::load(gates[g + state]),
+                                           prl::load(gates[g + 2 * state]), prl::load(old_cell[k]), d[0], d[1], d[2],
+                                           d_cell);
+#pragma unroll
+                for (int j = 0; j < 3; ++j) {
+                    const T stored = prl::store<T>(d[j]);
+                    d_gates[g + j * state] = stored;
+                    sum[j] += prl::load(stored);  // the sum of d_gates as stored, as a separate reduction would see it
+                }
+                d_old_cell[k] = prl::store<T>(d_cell);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 3; ++j) partial[j][threadIdx.y][threadIdx.x] = sum[j];
+        __syncthreads();
+        if (threadIdx.y < 3 && col < state) {  // lanes 0, 1, 2 finish the input, output and candidate gates
+            A total = A(0);
+            for (int r = 0; r < kBiasRows; ++r) total += partial[threadIdx.y][r][threadIdx.x];
+            d_bias[threadIdx.y * state + col] = prl::store<T>(total);
+        }
+        __syncthreads();  // partial is reused by the next tile
+    }
+}
+
 // Picks the vector width V and the index type I, then calls launch(kernel_tag<V, I>{}, groups).
 template <int V, typename I> struct kernel_tag {
     static constexpr int vec = V;
@@ -87,20 +138,40 @@ extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const voi
 
 extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_cell, const void *gates,
                                                      const void *old_cell, void *d_gates, void *d_old_cell,
-                                                     int64_t batch, int64_t state, int dtype, int device,
-                                                     void *stream) {
+                                                     void *d_bias, int64_t batch, int64_t state, int dtype,
+                                                     int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_lltm_backward_args(fn, gates, old_cell, d_gates, d_old_cell, batch, state));
+    PRL_TRY(prl::check_lltm_backward_args(fn, gates, old_cell, d_gates, d_old_cell, d_bias, batch, state));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (batch * state == 0) return PRL_SUCCESS;
+        if (state == 0 || (batch == 0 && d_bias == nullptr)) return PRL_SUCCESS;
+        auto s = static_cast<cudaStream_t>(stream);
+        if (batch == 0)  // an empty batch: the bias gradient is zero (all-zero bits, in every dtype)
+            return prl::cuda_launch(fn, device, [&] {  // a failure is the runtime's last error: cuda_launch reports it
+                (void)cudaMemsetAsync(d_bias, 0, 3 * state * sizeof(T), s);
+            });
         return prl::cuda_launch(fn, device, [&] {
+            if (d_bias != nullptr) {
+                const int64_t tiles = (state + kBiasCols - 1) / kBiasCols;
+                auto launch = [&](auto index) {
+                    using I = decltype(index);
+                    lltm_backward_bias_kernel<T, I>
+                        <<<(unsigned int)(tiles < prl::kCudaMaxBlocks ? tiles : prl::kCudaMaxBlocks),
+                           dim3(kBiasCols, kBiasRows), 0, s>>>(
+                            static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
+                            static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
+                            static_cast<T *>(d_old_cell), static_cast<T *>(d_bias), (I)batch, (I)state);
+                };
+                if (3 * batch * state < (int64_t(1) << 32) - (int64_t(1) << 29)) launch(uint32_t{});
+                else launch(int64_t{});
+                return;
+            }
             const bool aligned = all_aligned16({grad_h, grad_cell, gates, old_cell, d_gates, d_old_cell});
             dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
                 using I = typename decltype(tag)::index;
                 lltm_backward_kernel<T, decltype(tag)::vec, I>
-                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, s>>>(
                         static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
                         static_cast<T *>(d_old_cell), (I)groups, (I)state);

@@ -93,7 +93,10 @@ static void test_lltm_cpu(void) {
     /* backward against central differences of the forward, for d(sum(new_h + 2 new_cell)) */
     double grad_h[B * S], grad_cell[B * S], d_gates[B * 3 * S], d_cell[B * S];
     for (int i = 0; i < B * S; ++i) { grad_h[i] = 1.0; grad_cell[i] = 2.0; }
-    CHECK(prl_lltm_backward_cpu(grad_h, grad_cell, gates, old_cell, d_gates, d_cell, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+    double d_bias[3 * S];
+    CHECK(prl_lltm_backward_cpu(grad_h, grad_cell, gates, old_cell, d_gates, d_cell, d_bias, B, S, PRL_FLOAT64) ==
+          PRL_SUCCESS);
+    for (int j = 0; j < 3 * S; ++j) CHECK(fabs(d_bias[j] - (d_gates[j] + d_gates[3 * S + j])) < 1e-15);
     for (int i = 0; i < B * 3 * S; ++i) {
         double plus = 0, minus = 0, saved = gates[i];
         gates[i] = saved + 1e-6;
@@ -106,8 +109,12 @@ static void test_lltm_cpu(void) {
         CHECK(fabs((plus - minus) / 2e-6 - d_gates[i]) < 1e-6);
     }
     /* NULL gradients mean zero */
-    CHECK(prl_lltm_backward_cpu(NULL, NULL, gates, old_cell, d_gates, d_cell, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+    CHECK(prl_lltm_backward_cpu(NULL, NULL, gates, old_cell, d_gates, d_cell, NULL, B, S, PRL_FLOAT64) == PRL_SUCCESS);
     for (int i = 0; i < B * 3 * S; ++i) CHECK(d_gates[i] == 0.0);
+    /* an empty batch: the bias gradient is zero */
+    for (int j = 0; j < 3 * S; ++j) d_bias[j] = 1.0;
+    CHECK(prl_lltm_backward_cpu(NULL, NULL, NULL, NULL, NULL, NULL, d_bias, 0, S, PRL_FLOAT64) == PRL_SUCCESS);
+    for (int j = 0; j < 3 * S; ++j) CHECK(d_bias[j] == 0.0);
 }
 
 static void test_errors(void) {
@@ -125,8 +132,10 @@ static void test_errors(void) {
                  PRL_ERROR_INVALID_ARGUMENT, "more elements than any buffer");
     EXPECT_ERROR(prl_lltm_forward_cpu(x, x, y, y, INT64_MAX / 3, 2, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT,
                  "more elements than any buffer");
-    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, y, y, 1, INT64_MAX, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT,
-                 "batch=1");
+    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, y, y, NULL, 1, INT64_MAX, PRL_FLOAT64),
+                 PRL_ERROR_INVALID_ARGUMENT, "batch=1");
+    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, NULL, NULL, NULL, NULL, y, 0, INT64_MAX / 3, PRL_FLOAT32),
+                 PRL_ERROR_INVALID_ARGUMENT, "d_bias");
     EXPECT_ERROR(prl_round_cpu(x, y, INT64_MAX, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "more elements");
     EXPECT_ERROR(prl_round_cpu(x, y, INT64_MIN, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'n' must be >= 0");
     EXPECT_ERROR(prl_round_cpu(NULL, NULL, INT64_MAX / 8, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'x' is NULL");
@@ -134,15 +143,15 @@ static void test_errors(void) {
     EXPECT_ERROR(prl_round_cpu(x, y, 1, INT32_MIN), PRL_ERROR_UNSUPPORTED_DTYPE, "-2147483648");
     /* n = 0 and batch or state = 0: nothing to do, any pointers */
     CHECK(prl_lltm_forward_cpu(NULL, NULL, NULL, NULL, 0, 7, PRL_BFLOAT16) == PRL_SUCCESS);
-    CHECK(prl_lltm_backward_cpu(NULL, NULL, NULL, NULL, NULL, NULL, 3, 0, PRL_FLOAT16) == PRL_SUCCESS);
+    CHECK(prl_lltm_backward_cpu(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, 0, PRL_FLOAT16) == PRL_SUCCESS);
     /* a failure leaves its message; a later success does not clear it, a later failure replaces it */
     EXPECT_ERROR(prl_round_cpu(x, y, -5, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "-5");
     CHECK(prl_round_cpu(x, y, 4, PRL_FLOAT32) == PRL_SUCCESS);
     CHECK(strstr(prl_last_error(), "-5") != NULL);
     for (int s = -3; s < 10; ++s) CHECK(prl_status_string(s) != NULL && prl_status_string(s)[0] != '\0');
-    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, NULL, y, 1, 1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT,
+    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, NULL, y, NULL, 1, 1, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT,
                  "'d_gates'");
-    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, y, y, 1, 1, 4), PRL_ERROR_UNSUPPORTED_DTYPE, "dtype");
+    EXPECT_ERROR(prl_lltm_backward_cpu(NULL, NULL, x, x, y, y, NULL, 1, 1, 4), PRL_ERROR_UNSUPPORTED_DTYPE, "dtype");
 
     /* CUDA entry points: argument checks first, then either a CPU-only build's status or success for n = 0
      * (no CUDA call is made for n = 0, so this needs no GPU). */
@@ -155,13 +164,13 @@ static void test_errors(void) {
         EXPECT_ERROR(prl_round_cuda(x, y, 4, 42, -1, NULL), PRL_ERROR_UNSUPPORTED_DTYPE, "42");
         CHECK(prl_round_cuda(NULL, NULL, 0, PRL_FLOAT32, -1, NULL) == PRL_SUCCESS);
         CHECK(prl_lltm_forward_cuda(NULL, NULL, NULL, NULL, 0, 5, PRL_FLOAT16, -1, NULL) == PRL_SUCCESS);
-        EXPECT_ERROR(prl_lltm_backward_cuda(NULL, NULL, x, x, y, NULL, 1, 1, PRL_FLOAT32, -1, NULL),
+        EXPECT_ERROR(prl_lltm_backward_cuda(NULL, NULL, x, x, y, NULL, NULL, 1, 1, PRL_FLOAT32, -1, NULL),
                      PRL_ERROR_INVALID_ARGUMENT, "'d_old_cell'");
     } else {
         EXPECT_ERROR(prl_round_cuda(x, y, 4, PRL_FLOAT32, 0, NULL), PRL_ERROR_CUDA_NOT_COMPILED, "without CUDA");
         EXPECT_ERROR(prl_lltm_forward_cuda(x, x, y, y, 1, 1, PRL_FLOAT32, 0, NULL), PRL_ERROR_CUDA_NOT_COMPILED,
                      "prl_lltm_forward_cuda");
-        EXPECT_ERROR(prl_lltm_backward_cuda(x, x, x, x, y, y, 1, 1, PRL_FLOAT32, 0, NULL),
+        EXPECT_ERROR(prl_lltm_backward_cuda(x, x, x, x, y, y, NULL, 1, 1, PRL_FLOAT32, 0, NULL),
                      PRL_ERROR_CUDA_NOT_COMPILED, "prl_lltm_backward_cuda");
     }
 }

@@ -75,28 +75,41 @@ template <typename T> static void lltm_case(int dtype, int64_t batch, int64_t st
         grad = std::vector<T>(n);
     }
     T *d_gates = to_device(gates), *d_cell = to_device(cell), *d_grad = to_device(grad);
-    T *h, *c, *dg, *dc;
+    T *h, *c, *dg, *dc, *dg2, *dc2, *db;
     cudaMalloc(&h, n * sizeof(T));
     cudaMalloc(&c, n * sizeof(T));
     cudaMalloc(&dg, g * sizeof(T));
     cudaMalloc(&dc, n * sizeof(T));
+    cudaMalloc(&dg2, g * sizeof(T));
+    cudaMalloc(&dc2, n * sizeof(T));
+    cudaMalloc(&db, 3 * state * sizeof(T));
     CHECK(prl_lltm_forward_cuda(d_gates, d_cell, h, c, batch, state, dtype, 0, nullptr) == PRL_SUCCESS);
-    CHECK(prl_lltm_backward_cuda(with_grad_h ? d_grad : nullptr, d_grad, d_gates, d_cell, dg, dc, batch, state, dtype,
-                                 0, nullptr) == PRL_SUCCESS);
+    CHECK(prl_lltm_backward_cuda(with_grad_h ? d_grad : nullptr, d_grad, d_gates, d_cell, dg, dc, nullptr, batch, state,
+                                 dtype, 0, nullptr) == PRL_SUCCESS);
+    // the fused bias-gradient kernel (shared memory: racecheck has something to check)
+    CHECK(prl_lltm_backward_cuda(with_grad_h ? d_grad : nullptr, d_grad, d_gates, d_cell, dg2, dc2, db, batch, state,
+                                 dtype, 0, nullptr) == PRL_SUCCESS);
     cudaDeviceSynchronize();
     auto got_h = to_host(h, n), got_c = to_host(c, n), got_dg = to_host(dg, g), got_dc = to_host(dc, n);
-    std::vector<T> want_h(n), want_c(n), want_dg(g), want_dc(n);
+    auto got_dg2 = to_host(dg2, g), got_dc2 = to_host(dc2, n), got_db = to_host(db, 3 * state);
+    std::vector<T> want_h(n), want_c(n), want_dg(g), want_dc(n), want_db(3 * state);
     CHECK(prl_lltm_forward_cpu(gates.data(), cell.data(), want_h.data(), want_c.data(), batch, state, dtype) ==
           PRL_SUCCESS);
     CHECK(prl_lltm_backward_cpu(with_grad_h ? grad.data() : nullptr, grad.data(), gates.data(), cell.data(),
-                                want_dg.data(), want_dc.data(), batch, state, dtype) == PRL_SUCCESS);
-    if (sizeof(T) >= 4)
+                                want_dg.data(), want_dc.data(), want_db.data(), batch, state, dtype) == PRL_SUCCESS);
+    if (sizeof(T) >= 4) {
         for (size_t i = 0; i < n; ++i) {
             CHECK(std::fabs((double)got_h[i] - (double)want_h[i]) < 1e-4);
             CHECK(std::fabs((double)got_c[i] - (double)want_c[i]) < 1e-4 * (1 + std::fabs((double)want_c[i])));
             CHECK(std::fabs((double)got_dc[i] - (double)want_dc[i]) < 1e-4 * (1 + std::fabs((double)want_dc[i])));
+            CHECK(std::fabs((double)got_dc2[i] - (double)want_dc[i]) < 1e-4 * (1 + std::fabs((double)want_dc[i])));
         }
-    for (T *p : {d_gates, d_cell, d_grad, h, c, dg, dc}) cudaFree(p);
+        for (size_t i = 0; i < g; ++i)
+            CHECK(std::fabs((double)got_dg2[i] - (double)got_dg[i]) < 1e-4 * (1 + std::fabs((double)got_dg[i])));
+        for (size_t j = 0; j < (size_t)(3 * state); ++j)  // sums of up to `batch` terms: a looser bound
+            CHECK(std::fabs((double)got_db[j] - (double)want_db[j]) < 1e-4 * (1 + std::fabs((double)want_db[j])) * batch);
+    }
+    for (T *p : {d_gates, d_cell, d_grad, h, c, dg, dc, dg2, dc2, db}) cudaFree(p);
 }
 
 int main() {
