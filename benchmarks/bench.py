@@ -354,7 +354,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
-    rounds = args.rounds or (5 if args.quick else 15)
+    rounds = args.rounds or (5 if args.quick else 21)
     round_seconds = 0.02
     info = pyroundlib.library_info()
     if device.type == "cuda" and not info["cuda"]:
@@ -371,7 +371,8 @@ def main(argv=None):
                 cases += round_cases(device, n, dtype, compiled_idiom)
         lltm_sizes = [(16, 32, 128), (256, 512, 1024)] + ([] if args.quick else [(4096, 1024, 4096)])
         for b, i, s in lltm_sizes:
-            cases += lltm_cases(device, b, i, s, compiled_lltm, pointwise=(b, i, s) == (4096, 1024, 4096))
+            cases += lltm_cases(device, b, i, s, compiled_lltm, pointwise=(b, i, s) == (4096, 1024, 4096),
+                                floor=b <= 256)
     else:
         for dtype in (torch.float32, torch.bfloat16):
             for n in (2**12, 2**20):
