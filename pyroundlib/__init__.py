@@ -9,7 +9,7 @@ The native library (libpyroundlib) is loaded on first use; see ``library_info()`
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from ._ffi import ABI_VERSION, library_info
 from .errors import (CudaError, CudaNotCompiledError, InternalError, InvalidArgumentError, LibraryLoadError,
