@@ -2,12 +2,14 @@
 // which grid shape / unrolling / cache hint lets a 16-byte-vector round kernel reach
 // cudaMemcpy bandwidth on this GPU?  Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -std=c++17 benchmarks/grid_experiment.cu -o /tmp/grid && /tmp/grid
-// Standalone: which grid shape / unroll / cache hint lets a float4 round reach copy bandwidth?
+// Standalone: which grid shape / unroll / cache hint / block size lets a 16-byte-vector round
+// (float32, then bfloat16) reach copy bandwidth?
 #include <cstdio>
 #include <vector>
 #include <algorithm>
 #include <functional>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 struct alignas(16) V4 { float v[4]; };
 template <int U, bool HINT>
 __global__ void k(const float* x, float* y, long long groups) {
@@ -50,6 +52,22 @@ __global__ void oneshot(const float* x, float* y, long long groups) {
       for (int j = 0; j < 4; ++j) v[u].v[j] = rintf(v[u].v[j]);
       reinterpret_cast<V4*>(y)[i] = v[u]; } }
 }
+// bfloat16: 8 elements per 16-byte vector, U vectors per thread (block-strided)
+template <int U>
+__global__ void kb(const uint4* x, uint4* y, long long groups) {
+  long long base = (long long)blockIdx.x * blockDim.x * U + threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    long long i = base + (long long)u * blockDim.x;
+    if (i < groups) {
+      uint4 v = x[i];
+      __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) h[j] = __float2bfloat16_rn(rintf(__bfloat162float(h[j])));
+      y[i] = v;
+    }
+  }
+}
 int main() {
   const long long n = 1LL << 28, groups = n / 4;
   float *x, *y; cudaMalloc(&x, n * 4); cudaMalloc(&y, n * 4); cudaMemset(x, 0, n * 4);
@@ -76,17 +94,31 @@ int main() {
   vars.push_back({"unclamped U1 b512", [&] { k<1, false><<<(unsigned)((groups + 511) / 512), 512>>>(x, y, groups); }});
   vars.push_back({"unclamped U1 b1024", [&] { k<1, false><<<(unsigned)((groups + 1023) / 1024), 1024>>>(x, y, groups); }});
   vars.push_back({"unclamped U2", [&] { k<2, false><<<(unsigned)((groups + 511) / 512), 256>>>(x, y, groups); }});
-  std::vector<std::vector<float>> t(vars.size());
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  for (auto& v : vars) for (int i = 0; i < 3; ++i) v.second();
-  for (int r = 0; r < 41; ++r) for (size_t i = 0; i < vars.size(); ++i) {
-    cudaEventRecord(a); vars[i].second(); cudaEventRecord(b); cudaEventSynchronize(b);
-    float ms; cudaEventElapsedTime(&ms, a, b); t[i].push_back(ms);
-  }
-  float base = 0;
-  for (size_t i = 0; i < vars.size(); ++i) {
-    std::sort(t[i].begin(), t[i].end()); float med = t[i][t[i].size() / 2]; if (i == 0) base = med;
-    printf("%-24s %8.1f us  %6.0f GB/s  x%.3f of memcpy\n", vars[i].first, med * 1e3, 2.0 * n * 4 / (med * 1e-3) / 1e9, med / base);
-  }
+  auto run = [&](std::vector<std::pair<const char*, std::function<void()>>>& vars) {
+    std::vector<std::vector<float>> t(vars.size());
+    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    for (auto& v : vars) for (int i = 0; i < 3; ++i) v.second();
+    for (int r = 0; r < 41; ++r) for (size_t i = 0; i < vars.size(); ++i) {
+      cudaEventRecord(a); vars[i].second(); cudaEventRecord(b); cudaEventSynchronize(b);
+      float ms; cudaEventElapsedTime(&ms, a, b); t[i].push_back(ms);
+    }
+    float base = 0;
+    for (size_t i = 0; i < vars.size(); ++i) {
+      std::sort(t[i].begin(), t[i].end()); float med = t[i][t[i].size() / 2]; if (i == 0) base = med;
+      printf("%-24s %8.1f us  x%.3f of memcpy\n", vars[i].first, med * 1e3, med / base);
+    }
+  };
+  run(vars);
+  // bfloat16, 2^28 elements (the first half of the same buffers)
+  const long long g16 = n * 2 / 16;
+  const uint4 *xb = reinterpret_cast<const uint4*>(x); uint4 *yb = reinterpret_cast<uint4*>(y);
+  std::vector<std::pair<const char*, std::function<void()>>> bvars;
+  bvars.push_back({"bf16 memcpy D2D", [&] { cudaMemcpyAsync(y, x, n * 2, cudaMemcpyDeviceToDevice); }});
+  bvars.push_back({"bf16 U1 b128 (current)", [&] { kb<1><<<(unsigned)((g16 + 127) / 128), 128>>>(xb, yb, g16); }});
+  bvars.push_back({"bf16 U1 b64", [&] { kb<1><<<(unsigned)((g16 + 63) / 64), 64>>>(xb, yb, g16); }});
+  bvars.push_back({"bf16 U1 b256", [&] { kb<1><<<(unsigned)((g16 + 255) / 256), 256>>>(xb, yb, g16); }});
+  bvars.push_back({"bf16 U2 b128", [&] { kb<2><<<(unsigned)((g16 + 255) / 256), 128>>>(xb, yb, g16); }});
+  bvars.push_back({"bf16 U4 b128", [&] { kb<4><<<(unsigned)((g16 + 511) / 512), 128>>>(xb, yb, g16); }});
+  run(bvars);
   printf("%s\n", cudaGetErrorString(cudaGetLastError()));
 }

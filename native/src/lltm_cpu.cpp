@@ -22,9 +22,10 @@ PRL_CPU_CLONES void forward_rows(int64_t batch, int64_t state, const T *__restri
 // sums (3*state accumulators, or NULL): each finished row of d_gates is added to them
 // while it is still in L1, in row order.
 template <typename T, typename FlagH, typename FlagCell>
-PRL_CPU_CLONES void backward_rows(int64_t batch, int64_t state, const T *__restrict grad_h, const T *__restrict grad_cell,
-                   FlagH has_h, FlagCell has_cell, const T *__restrict gates, const T *__restrict old_cell,
-                   T *__restrict d_gates, T *__restrict d_old_cell, prl::acc_t<T> *__restrict sums) {
+PRL_CPU_CLONES void backward_rows(int64_t batch, int64_t state, const T *__restrict grad_h,
+                                  const T *__restrict grad_cell, FlagH has_h, FlagCell has_cell,
+                                  const T *__restrict gates, const T *__restrict old_cell, T *__restrict d_gates,
+                                  T *__restrict d_old_cell, prl::acc_t<T> *__restrict sums) {
     for (int64_t row = 0; row < batch; ++row) {
         for (int64_t col = 0; col < state; ++col)
             prl::lltm_backward_cols<1, T, int64_t>(row, col, state, grad_h, grad_cell, has_h, has_cell, gates,

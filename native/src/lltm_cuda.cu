@@ -59,9 +59,9 @@ __global__ void __launch_bounds__(kBiasCols * kBiasRows)
         if (col < state) {
             for (I row = threadIdx.y; row < batch; row += kBiasRows) {
                 const I k = row * state + col, g = row * 3 * state + col;
+                const A gh = has_h ? prl::load(grad_h[k]) : A(0), gc = has_cell ? prl::load(grad_cell[k]) : A(0);
                 A d[3], d_cell;
-                prl::lltm_backward_math<A>(has_h ? prl::load(grad_h[k]) : A(0), has_cell ? prl::load(grad_cell[k]) : A(0),
-                                           prl::load(gates[g]), prl::load(gates[g + state]),
+                prl::lltm_backward_math<A>(gh, gc, prl::load(gates[g]), prl::load(gates[g + state]),
                                            prl::load(gates[g + 2 * state]), prl::load(old_cell[k]), d[0], d[1], d[2],
                                            d_cell);
 #pragma unroll
@@ -126,8 +126,9 @@ extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const voi
             const bool aligned = all_aligned16({gates, old_cell, new_h, new_cell});
             dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
                 using I = typename decltype(tag)::index;
+                constexpr int threads = prl::kCudaThreads<T>;
                 lltm_forward_kernel<T, decltype(tag)::vec, I>
-                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                    <<<prl::cuda_blocks(groups, threads), threads, 0, static_cast<cudaStream_t>(stream)>>>(
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(new_h),
                         static_cast<T *>(new_cell), (I)groups, (I)state);
             });
@@ -170,8 +171,9 @@ extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const v
             const bool aligned = all_aligned16({grad_h, grad_cell, gates, old_cell, d_gates, d_old_cell});
             dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
                 using I = typename decltype(tag)::index;
+                constexpr int threads = prl::kCudaThreads<T>;
                 lltm_backward_kernel<T, decltype(tag)::vec, I>
-                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, s>>>(
+                    <<<prl::cuda_blocks(groups, threads), threads, 0, s>>>(
                         static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
                         static_cast<T *>(d_old_cell), (I)groups, (I)state);
