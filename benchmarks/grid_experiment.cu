@@ -1,9 +1,8 @@
 // grid_experiment.cu - the standalone experiment behind benchmarks/NOTES.md ("GPU kernels"):
-// which grid shape / unrolling / cache hint lets a 16-byte-vector round kernel reach
-// cudaMemcpy bandwidth on this GPU?  Build and run on the GPU machine:
+// which grid shape / unrolling / cache hint / block size lets a 16-byte-vector round kernel
+// (float32, then bfloat16) reach cudaMemcpy bandwidth on this GPU?  Standalone CUDA; build
+// and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -std=c++17 benchmarks/grid_experiment.cu -o /tmp/grid && /tmp/grid
-// Standalone: which grid shape / unroll / cache hint / block size lets a 16-byte-vector round
-// (float32, then bfloat16) reach copy bandwidth?
 #include <cstdio>
 #include <vector>
 #include <algorithm>
