@@ -18,23 +18,20 @@
 
 namespace prl {
 
-// Threads a block, for a kernel over elements of type T, one 16-byte vector per thread:
-// 128 (Caffe2's CAFFE_CUDA_NUM_THREADS; Caffe had 512) for 4- and 8-byte types, 256 for
-// 2-byte ones.  Measured on H200, a round of 2^28 elements against cudaMemcpy of the same
-// bytes (benchmarks/grid_experiment.cu, medians of 41 rounds; float32 in three runs,
-// bfloat16 in two): float32 with 128 / 256 / 512 / 1024 threads 0.976-0.991 / 0.979-0.994 /
-// 1.02 / 1.07 of the copy's time; bfloat16 with 128 / 256 threads 0.983-0.988 / 0.975-0.981.
-template <typename T> constexpr int kCudaThreads = sizeof(T) == 2 ? 256 : 128;
+// Caffe2's CAFFE_CUDA_NUM_THREADS (Caffe had 512).  On H200, one 16-byte vector per
+// thread: 128 threads a block streamed at 0.982-0.991 of cudaMemcpy's time, 256 at
+// 0.986-0.994, 512 at 1.02, 1024 at 1.07 (benchmarks/grid_experiment.cu, two runs).
+constexpr int kCudaNumThreads = 128;
 
 // Caffe's CAFFE_GET_BLOCKS(n): one thread per work item, in as many blocks as that
-// takes, clamped at kCudaMaxBlocks past which the grid-stride loop takes over.
-// Measured on H200 (benchmarks/NOTES.md): this grid streams at copy bandwidth, while a
-// grid clamped to one resident wave (multiprocessor count x blocks per multiprocessor)
-// stays ~7% below it at any unrolling.
+// takes, clamped at kCudaMaxBlocks (2^27 threads) past which the grid-stride loop
+// takes over.  Measured on H200 (benchmarks/NOTES.md): this grid streams at copy
+// bandwidth, while a grid clamped to one resident wave (multiprocessor count x
+// blocks per multiprocessor) stays ~7% below it at any unrolling.
 constexpr int64_t kCudaMaxBlocks = int64_t(1) << 20;
 
-inline unsigned int cuda_blocks(int64_t n, int threads) {
-    const int64_t wanted = (n + threads - 1) / threads;
+inline unsigned int cuda_blocks(int64_t n) {
+    const int64_t wanted = (n + kCudaNumThreads - 1) / kCudaNumThreads;
     return (unsigned int)(wanted < 1 ? 1 : (wanted < kCudaMaxBlocks ? wanted : kCudaMaxBlocks));
 }
 

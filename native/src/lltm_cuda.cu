@@ -126,9 +126,8 @@ extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const voi
             const bool aligned = all_aligned16({gates, old_cell, new_h, new_cell});
             dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
                 using I = typename decltype(tag)::index;
-                constexpr int threads = prl::kCudaThreads<T>;
                 lltm_forward_kernel<T, decltype(tag)::vec, I>
-                    <<<prl::cuda_blocks(groups, threads), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(new_h),
                         static_cast<T *>(new_cell), (I)groups, (I)state);
             });
@@ -171,9 +170,8 @@ extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const v
             const bool aligned = all_aligned16({grad_h, grad_cell, gates, old_cell, d_gates, d_old_cell});
             dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
                 using I = typename decltype(tag)::index;
-                constexpr int threads = prl::kCudaThreads<T>;
                 lltm_backward_kernel<T, decltype(tag)::vec, I>
-                    <<<prl::cuda_blocks(groups, threads), threads, 0, s>>>(
+                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, s>>>(
                         static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
                         static_cast<T *>(d_old_cell), (I)groups, (I)state);

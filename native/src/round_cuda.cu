@@ -22,8 +22,7 @@ template <typename T, int V> __global__ void round_kernel(const T *x, T *y, int6
 }
 
 template <typename T, int V> void launch_round(const T *x, T *y, int64_t n, cudaStream_t stream) {
-    constexpr int threads = prl::kCudaThreads<T>;
-    round_kernel<T, V><<<prl::cuda_blocks(n / V > 0 ? n / V : 1, threads), threads, 0, stream>>>(x, y, n);
+    round_kernel<T, V><<<prl::cuda_blocks(n / V > 0 ? n / V : 1), prl::kCudaNumThreads, 0, stream>>>(x, y, n);
 }
 }  // namespace
 
