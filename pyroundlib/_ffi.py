@@ -41,7 +41,7 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     #                                    gates old_cell new_h new_cell batch state dtype [device stream]
     ("prl_lltm_forward_cpu",   STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT)),
     ("prl_lltm_forward_cuda",  STATUS,   (_P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
-    #                                    grad_h grad_cell gates old_cell d_gates d_old_cell d_bias batch state dtype [..]
+    #                                    grad_h grad_cell gates old_cell d_gates d_old_cell d_bias batch state dtype
     ("prl_lltm_backward_cpu",  STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
     ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
 )
