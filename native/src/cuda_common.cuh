@@ -19,8 +19,8 @@
 namespace prl {
 
 // Caffe2's CAFFE_CUDA_NUM_THREADS (Caffe had 512).  On H200, one 16-byte vector per
-// thread: 128 threads a block streamed at 0.982-0.991 of cudaMemcpy's time, 256 at
-// 0.986-0.994, 512 at 1.02, 1024 at 1.07 (benchmarks/grid_experiment.cu, two runs).
+// thread: 128 threads a block streamed at 0.976-0.991 of cudaMemcpy's time, 256 at
+// 0.979-0.994, 512 at 1.02, 1024 at 1.07 (benchmarks/grid_experiment.cu, three runs).
 constexpr int kCudaNumThreads = 128;
 
 // Caffe's CAFFE_GET_BLOCKS(n): one thread per work item, in as many blocks as that

@@ -91,14 +91,19 @@ template <int V, typename I> struct kernel_tag {
     using index = I;
 };
 
+// 32-bit indices are safe while the largest index (3 * batch * state) plus one grid
+// stride (at most 2^27 threads) stays below 2^32.  (The bias kernel's loops step over
+// rows and tiles, whose counters stay far smaller.)
+bool indices_fit_32bit(int64_t batch, int64_t state) {
+    return 3 * batch * state < (int64_t(1) << 32) - (int64_t(1) << 29);
+}
+
 template <typename T, typename Launch>
 void dispatch_lltm(int64_t batch, int64_t state, bool all_aligned, Launch &&launch) {
     constexpr int V = prl::kVec16<T>;
     const bool vectorise = all_aligned && state % V == 0;
     const int64_t groups = batch * state / (vectorise ? V : 1);
-    // 32-bit indices are safe while the largest index (3 * batch * state) plus one grid
-    // stride (at most 2^28 threads) stays below 2^32.
-    const bool small = 3 * batch * state < (int64_t(1) << 32) - (int64_t(1) << 29);
+    const bool small = indices_fit_32bit(batch, state);
     if (vectorise && small) launch(kernel_tag<V, uint32_t>{}, groups);
     else if (vectorise) launch(kernel_tag<V, int64_t>{}, groups);
     else if (small) launch(kernel_tag<1, uint32_t>{}, groups);
@@ -163,7 +168,7 @@ extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const v
                             static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
                             static_cast<T *>(d_old_cell), static_cast<T *>(d_bias), (I)batch, (I)state);
                 };
-                if (3 * batch * state < (int64_t(1) << 32) - (int64_t(1) << 29)) launch(uint32_t{});
+                if (indices_fit_32bit(batch, state)) launch(uint32_t{});
                 else launch(int64_t{});
                 return;
             }
