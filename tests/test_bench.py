@@ -1,0 +1,51 @@
+"""The benchmark script: its LLTM floor variant computes what the LLTM computes (so the
+floor it reports is a real LLTM), and a one-case run writes its outputs."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyroundlib.reference import lltm_cell_reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench  # noqa: E402
+
+
+def test_kernels_floor_is_a_correct_lltm(device):
+    """`LLTMKernelsFloor` (GEMMs + our two kernel calls, no checks) against plain PyTorch in
+    float64: same outputs and same gradients for all five inputs."""
+    batch, features, state = 5, 7, 12
+    args = bench.lltm_inputs(device, batch, features, state, dtype=torch.float64, requires_grad=True)
+    grads = [torch.randn(batch, state, device=device, dtype=torch.float64) for _ in range(2)]
+    got = bench.LLTMKernelsFloor.apply(*args)
+    ref = lltm_cell_reference(*args)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12)
+    for name, g, r in zip(["input", "weights", "bias", "old_h", "old_cell"],
+                          torch.autograd.grad(got, args, grads), torch.autograd.grad(ref, args, grads)):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12, msg=lambda m: f"d_{name}: {m}")
+
+
+@pytest.fixture(autouse=True)
+def _restore_inductor_config(monkeypatch):
+    """bench.main sets torch._inductor.config.compile_threads; undo it after each test."""
+    import torch._inductor.config as inductor_config
+    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
+
+
+def test_one_case_run_writes_results(tmp_path):
+    bench.main(["--device", "cpu", "--only", "CPU: LLTM", "--rounds", "2", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    (result,) = data["results"]
+    assert result["case"] == "CPU: LLTM forward+backward, (B,I,S)=(16,32,128)"
+    assert set(result["medians"]) == {bench.OURS, "eager", "floor: GEMMs only", bench.KERNELS_FLOOR}
+    assert all(t > 0 for t in result["medians"].values())
+    assert [t["target"] for t in data["targets"]] == ["CPU LLTM fwd+bwd (16,32,128) / eager"]
+    assert "| CPU: LLTM forward+backward" in (tmp_path / "results.md").read_text()
+
+
+def test_only_matching_nothing_runs_nothing(tmp_path):
+    bench.main(["--device", "cpu", "--only", "no such case", "--rounds", "1", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "results.json").read_text())["results"] == []
