@@ -151,7 +151,10 @@ class Timer:
             for _ in range(reps):
                 fn()
             end.record()
-            self.lead = max(self.lead, 1.5 * (time.perf_counter() - t0) + 200e-6)
+            # Capped: when `reps` calls launch more kernels than the GPU's launch queue
+            # holds, the host waits behind the sleep itself, and an uncapped lead would grow
+            # by half every round.  Work that needs a longer lead is host-bound anyway.
+            self.lead = min(max(self.lead, 1.5 * (time.perf_counter() - t0) + 200e-6), MAX_LEAD_SECONDS)
             end.synchronize()
             return start.elapsed_time(end) / 1e3 / reps
         self.sync()
@@ -163,6 +166,7 @@ class Timer:
 
 
 _SLEEP_RATE: list[float] = []
+MAX_LEAD_SECONDS = 0.05
 
 
 def _sleep_rate() -> float:
@@ -380,7 +384,8 @@ def main(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no 2^28 or (4096,1024,4096) cases")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--only", default="", help="run only the cases whose name contains one of these texts, separated by '|'")
+    parser.add_argument("--only", default="",
+                        help="run only the cases whose name contains one of these texts, separated by '|'")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args(argv)
 
