@@ -42,6 +42,7 @@ def test_one_case_run_writes_results(tmp_path):
     assert result["case"] == "CPU: LLTM forward+backward, (B,I,S)=(16,32,128)"
     assert set(result["medians"]) == {bench.OURS, "eager", "floor: GEMMs only", bench.KERNELS_FLOOR}
     assert all(t > 0 for t in result["medians"].values())
+    assert all(len(t) == 2 for t in result["times"].values())  # every round of every variant
     assert [t["target"] for t in data["targets"]] == ["CPU LLTM fwd+bwd (16,32,128) / eager"]
     assert "| CPU: LLTM forward+backward" in (tmp_path / "results.md").read_text()
 
