@@ -58,7 +58,7 @@ class LLTMFloor(torch.autograd.Function):
         return d_X[:, state:], d_gates.t().mm(X), d_gates.sum(0), d_X[:, :state], grad_cell
 
 
-class LLTMKernelsFloor(LLTMFloor):
+class LLTMKernelsFloor(torch.autograd.Function):
     """The GEMMs-only floor plus pyroundlib's two kernel calls and the tensors they write:
     the least that any LLTM launching its pointwise kernels from Python must do.
     `lltm_cell` adds only its argument checks and the tracing fallbacks to this."""
@@ -113,8 +113,12 @@ class Result:
     times: dict[str, list[float]] = field(default_factory=dict)  # seconds per call, each round
 
     def ratio(self, a: str, b: str) -> float:
-        """Median over rounds of t(a) / t(b): the statistic of every ratio reported."""
-        return statistics.median(x / y for x, y in zip(self.times[a], self.times[b]))
+        return median_ratio(self.times, a, b)
+
+
+def median_ratio(times: dict[str, list[float]], a: str, b: str) -> float:
+    """Median over rounds of t(a) / t(b): the statistic of every ratio reported."""
+    return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
 
 class Timer:
@@ -206,9 +210,8 @@ def run_case(case: Case, device: torch.device, rounds: int, round_seconds: float
             times[n].append(timer(case.variants[n], reps))
     medians = {n: statistics.median(t) for n, t in times.items()}
     gbps = {n: case.bytes_moved[n] / medians[n] / 1e9 for n in names if n in case.bytes_moved}
-    result = Result(case.name, case.group, medians, {}, gbps, rounds, reps, times)
-    result.ratios = {n: result.ratio(OURS, n) for n in names if n != OURS}
-    return result
+    ratios = {n: median_ratio(times, OURS, n) for n in names if n != OURS}
+    return Result(case.name, case.group, medians, ratios, gbps, rounds, reps, times)
 
 
 # ---- cases -----------------------------------------------------------------------------------

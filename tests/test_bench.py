@@ -13,6 +13,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _restore_inductor_config(monkeypatch):
+    """bench.main sets torch._inductor.config.compile_threads; undo it after each test."""
+    import torch._inductor.config as inductor_config
+    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
+
+
 def test_kernels_floor_is_a_correct_lltm(device):
     """`LLTMKernelsFloor` (GEMMs + our two kernel calls, no checks) against plain PyTorch in
     float64: same outputs and same gradients for all five inputs."""
@@ -26,13 +33,6 @@ def test_kernels_floor_is_a_correct_lltm(device):
     for name, g, r in zip(["input", "weights", "bias", "old_h", "old_cell"],
                           torch.autograd.grad(got, args, grads), torch.autograd.grad(ref, args, grads)):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12, msg=lambda m: f"d_{name}: {m}")
-
-
-@pytest.fixture(autouse=True)
-def _restore_inductor_config(monkeypatch):
-    """bench.main sets torch._inductor.config.compile_threads; undo it after each test."""
-    import torch._inductor.config as inductor_config
-    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
 
 
 def test_one_case_run_writes_results(tmp_path):
