@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyroundlib  # noqa: E402
+from pyroundlib._common import c_apply  # noqa: E402
 from pyroundlib.lltm import _lltm_backward, _lltm_forward  # noqa: E402
 from pyroundlib.reference import lltm_cell_reference, round_ste_reference  # noqa: E402
 
@@ -40,12 +41,14 @@ KERNELS_FLOOR = "floor: GEMMs + our 2 kernel calls"
 class LLTMFloor(torch.autograd.Function):
     """What any LLTM built on torch's GEMMs must do at least: the cat, the three matrix
     products and the bias sum, in one autograd node, with no pointwise work at all.
-    Timed beside the others to show the floor under the CPU target (benchmarks/NOTES.md)."""
+    Timed beside the others to show the floor under the CPU target (benchmarks/NOTES.md).
+    Both floors are written as leanly as `lltm_cell` (one `linear`, one `split_with_sizes`)
+    and applied as it is, through the C++ apply (`c_apply`)."""
 
     @staticmethod
     def forward(ctx, input, weights, bias, old_h, old_cell):
         X = torch.cat([old_h, input], dim=1)
-        gates = torch.addmm(bias, X, weights.t())
+        gates = torch.nn.functional.linear(X, weights, bias)
         ctx.save_for_backward(X, weights, gates)
         state = old_h.shape[1]
         return gates[:, :state], gates[:, state:2 * state]
@@ -54,8 +57,8 @@ class LLTMFloor(torch.autograd.Function):
     def backward(ctx, grad_h, grad_cell):
         X, weights, d_gates = ctx.saved_tensors
         state = grad_h.shape[1]
-        d_X = d_gates.mm(weights)
-        return d_X[:, state:], d_gates.t().mm(X), d_gates.sum(0), d_X[:, :state], grad_cell
+        d_old_h, d_input = d_gates.mm(weights).split_with_sizes([state, X.shape[1] - state], dim=1)
+        return d_input, d_gates.t().mm(X), d_gates.sum(0), d_old_h, grad_cell
 
 
 class LLTMKernelsFloor(torch.autograd.Function):
@@ -66,7 +69,7 @@ class LLTMKernelsFloor(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weights, bias, old_h, old_cell):
         X = torch.cat([old_h, input], dim=1)
-        gates = torch.addmm(bias, X, weights.t())
+        gates = torch.nn.functional.linear(X, weights, bias)
         new_h, new_cell = _lltm_forward(gates, old_cell)
         ctx.save_for_backward(X, weights, gates, old_cell)
         return new_h, new_cell
@@ -75,9 +78,9 @@ class LLTMKernelsFloor(torch.autograd.Function):
     def backward(ctx, grad_h, grad_cell):
         X, weights, gates, old_cell = ctx.saved_tensors
         d_gates, d_old_cell, d_bias = _lltm_backward(grad_h, grad_cell, gates, old_cell, with_bias=True)
-        d_X = d_gates.mm(weights)
         state = old_cell.shape[1]
-        return d_X[:, state:], d_gates.t().mm(X), d_bias, d_X[:, :state], d_old_cell
+        d_old_h, d_input = d_gates.mm(weights).split_with_sizes([state, X.shape[1] - state], dim=1)
+        return d_input, d_gates.t().mm(X), d_bias, d_old_h, d_old_cell
 
 
 class RoundInFunction(torch.autograd.Function):
@@ -270,8 +273,8 @@ def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False, fl
         "compiled": fwd_bwd(compiled_ref),
     }, group="lltm", host_bound=host_bound)
     if floor:
-        both.variants["floor: GEMMs only"] = fwd_bwd(LLTMFloor.apply)
-        both.variants[KERNELS_FLOOR] = fwd_bwd(LLTMKernelsFloor.apply)
+        both.variants["floor: GEMMs only"] = fwd_bwd(c_apply(LLTMFloor))
+        both.variants[KERNELS_FLOOR] = fwd_bwd(c_apply(LLTMKernelsFloor))
     cases = [forward, both]
     if pointwise:
         # the fused pointwise kernels alone against a copy moving the same number of bytes

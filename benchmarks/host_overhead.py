@@ -20,7 +20,7 @@ from pyroundlib.lltm import LLTMFunction, _lltm_backward, _lltm_forward  # noqa:
 from pyroundlib.reference import lltm_cell_reference  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import LLTMFloor, RoundInFunction  # noqa: E402
+from bench import LLTMFloor, RoundInFunction, c_apply  # noqa: E402
 
 
 def per_call(fn, device, n=2000, repeat=5):
@@ -67,14 +67,14 @@ def main():
         "grad(round_ste(x))": lambda: torch.autograd.grad(pyroundlib.round_ste(xg), xg, g),
         "grad(Function(torch.round)(x))": lambda: torch.autograd.grad(RoundInFunction.apply(xg), xg, g),
         "grad(idiom(x))": lambda: torch.autograd.grad(xg + (torch.round(xg) - xg).detach(), xg, g),
-        "LLTM: cat + addmm": lambda: torch.addmm(args[2], torch.cat([X[:, :S], X[:, S:]], 1), args[1].t()),
+        "LLTM: cat + linear": lambda: torch.nn.functional.linear(torch.cat([X[:, :S], X[:, S:]], 1), *args[1:3]),
         "LLTM: _lltm_forward": lambda: _lltm_forward(gates, old_cell),
         "LLTM: _lltm_backward": lambda: _lltm_backward(grads[0], grads[1], gates, old_cell),
         "LLTM: 2 mm + sum": lambda: (gates.t().mm(X), gates.mm(args[1]), gates.sum(0)),
         "LLTM: lltm_cell fwd (grad)": lambda: pyroundlib.lltm_cell(*args),
         "LLTM: LLTMFunction.apply": lambda: LLTMFunction.apply(*args),
         "LLTM: grad(lltm_cell)": lambda: torch.autograd.grad(pyroundlib.lltm_cell(*args), args, grads),
-        "LLTM: grad(floor Function)": lambda: torch.autograd.grad(LLTMFloor.apply(*args), args, grads),
+        "LLTM: grad(floor Function)": lambda: torch.autograd.grad(c_apply(LLTMFloor)(*args), args, grads),
         "LLTM: grad(reference)": lambda: torch.autograd.grad(lltm_cell_reference(*args), args, grads),
     }
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"

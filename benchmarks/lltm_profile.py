@@ -20,7 +20,7 @@ from pyroundlib import lltm  # noqa: E402
 from pyroundlib.reference import lltm_cell_reference  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import LLTMFloor, LLTMKernelsFloor, Timer, lltm_inputs  # noqa: E402
+from bench import LLTMFloor, LLTMKernelsFloor, Timer, c_apply, lltm_inputs  # noqa: E402
 
 
 class Double(torch.autograd.Function):
@@ -56,8 +56,8 @@ def variants(device, batch, features, state):
     return {
         "pyroundlib": fwd_bwd(pyroundlib.lltm_cell),
         "pyroundlib, bias by torch.sum": fwd_bwd(lltm_cell_unfused),
-        "floor: GEMMs + our 2 kernel calls": fwd_bwd(LLTMKernelsFloor.apply),
-        "floor: GEMMs only": fwd_bwd(LLTMFloor.apply),
+        "floor: GEMMs + our 2 kernel calls": fwd_bwd(c_apply(LLTMKernelsFloor)),
+        "floor: GEMMs only": fwd_bwd(c_apply(LLTMFloor)),
         "eager": fwd_bwd(lltm_cell_reference),
         "grad of x * 2 (one C++ node)": lambda: torch.autograd.grad(x * 2, x, gx),
         "grad of a Python Function (one node)": lambda: torch.autograd.grad(Double.apply(x), x, gx),

@@ -80,6 +80,37 @@ class Kernel:
 
 _dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 _is_compiling = torch.compiler.is_compiling
+_functorch_active = torch._C._are_functorch_transforms_active
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def c_apply(function: type[torch.autograd.Function]):
+    """``function.apply`` without its Python prologue: the C++ ``apply`` bound to ``function``.
+
+    ``Function.apply`` is a Python classmethod that, before calling the C++ apply, binds the
+    arguments of Functions written with ``setup_context``, unwraps dead functorch wrappers
+    and hands functorch transforms their own path.  For a Function written in the classic
+    ``forward(ctx, ...)`` form, called when ``direct_apply_ok`` holds, none of that has
+    anything to do, and skipping it saves a few us a call: 3-4% of an LLTM forward+backward
+    at the benchmark's small sizes on the H100 machine (benchmarks/NOTES.md).  Falls back to
+    ``function.apply`` on a torch whose classes are laid out differently."""
+    try:
+        return torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
+    except (AttributeError, KeyError, TypeError):  # pragma: no cover - other torch versions
+        return function.apply
+
+
+def direct_apply_ok(*tensors: torch.Tensor) -> bool:
+    """True when a classic-form Function may be applied through ``c_apply``: no functorch
+    transform is active, no argument is a functorch wrapper (``Function.apply`` unwraps
+    dead ones), and Dynamo is not tracing (it recognises ``Function.apply``, not the C++
+    method)."""
+    if _functorch_active() or _is_compiling():
+        return False
+    for t in tensors:
+        if _is_functorch_wrapped(t):
+            return False
+    return True
 
 
 def plain_eager(*tensors: torch.Tensor) -> bool:

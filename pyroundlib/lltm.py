@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, SUPPORTED_DEVICES, Kernel, check_like, check_shape, check_tensor, plain_eager, ptr
+from ._common import (DTYPE_CODES, SUPPORTED_DEVICES, Kernel, c_apply, check_like, check_shape, check_tensor,
+                      direct_apply_ok, plain_eager, ptr)
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -117,7 +118,7 @@ class LLTMFunction(torch.autograd.Function):
     def forward(ctx, input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
                 old_cell: Tensor) -> tuple[Tensor, Tensor]:
         X = torch.cat([old_h, input], dim=1)
-        gates = torch.addmm(bias, X, weights.t())
+        gates = torch.nn.functional.linear(X, weights, bias)  # addmm(bias, X, weights.t()) in one call
         if plain_eager(gates, old_cell):
             new_h, new_cell = _lltm_forward(gates, old_cell)
         else:
@@ -142,10 +143,12 @@ class LLTMFunction(torch.autograd.Function):
         if need_bias and d_bias is None:
             d_bias = d_gates.sum(dim=0)
         if need_input or need_old_h:
-            d_X = d_gates.mm(weights)
             state = old_cell.shape[1]
-            d_old_h, d_input = d_X[:, :state], d_X[:, state:]
+            d_old_h, d_input = d_gates.mm(weights).split_with_sizes([state, X.shape[1] - state], dim=1)
         return d_input, d_weights, d_bias, d_old_h, d_old_cell
+
+
+_apply_lltm = c_apply(LLTMFunction)
 
 
 def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
@@ -195,9 +198,11 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
         _check_lltm_args(input, weights, bias, old_h, old_cell)
     if torch.is_grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
                                     or old_h.requires_grad or old_cell.requires_grad):
+        if direct_apply_ok(input, weights, bias, old_h, old_cell):
+            return _apply_lltm(input, weights, bias, old_h, old_cell)
         return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
     # inference: no autograd node, nothing saved
-    gates = torch.addmm(bias, torch.cat([old_h, input], dim=1), weights.t())
+    gates = torch.nn.functional.linear(torch.cat([old_h, input], dim=1), weights, bias)
     if plain_eager(gates, old_cell):
         return _lltm_forward(gates, old_cell)
     return torch.ops.pyroundlib.lltm_forward(gates, old_cell)

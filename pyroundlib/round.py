@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, check_tensor, plain_eager
+from ._common import DTYPE_CODES, Kernel, c_apply, check_tensor, direct_apply_ok, plain_eager
 
 _round_kernel = Kernel("round")
 
@@ -62,6 +62,9 @@ class RoundSTEFunction(torch.autograd.Function):
         return grad_output
 
 
+_apply_round_ste = c_apply(RoundSTEFunction)
+
+
 def round_ste(x: Tensor) -> Tensor:
     """Round ``x`` half to even, with a straight-through (identity) gradient.
 
@@ -70,7 +73,7 @@ def round_ste(x: Tensor) -> Tensor:
     """
     check_tensor("x", x)
     if x.requires_grad and torch.is_grad_enabled():
-        return RoundSTEFunction.apply(x)
+        return _apply_round_ste(x) if direct_apply_ok(x) else RoundSTEFunction.apply(x)
     return _round(x) if plain_eager(x) else torch.ops.pyroundlib.round(x)
 
 

@@ -20,13 +20,15 @@ def _restore_inductor_config(monkeypatch):
     monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
 
 
-def test_kernels_floor_is_a_correct_lltm(device):
+@pytest.mark.parametrize("route", ["Function.apply", "c_apply"])
+def test_kernels_floor_is_a_correct_lltm(device, route):
     """`LLTMKernelsFloor` (GEMMs + our two kernel calls, no checks) against plain PyTorch in
-    float64: same outputs and same gradients for all five inputs."""
+    float64: same outputs and same gradients for all five inputs, applied either way."""
     batch, features, state = 5, 7, 12
     args = bench.lltm_inputs(device, batch, features, state, dtype=torch.float64, requires_grad=True)
     grads = [torch.randn(batch, state, device=device, dtype=torch.float64) for _ in range(2)]
-    got = bench.LLTMKernelsFloor.apply(*args)
+    apply = bench.LLTMKernelsFloor.apply if route == "Function.apply" else bench.c_apply(bench.LLTMKernelsFloor)
+    got = apply(*args)
     ref = lltm_cell_reference(*args)
     for g, r in zip(got, ref):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12)
