@@ -350,7 +350,9 @@ def markdown(meta, results, target_rows):
            f"torch {meta['torch']}, pyroundlib {meta['pyroundlib']}, {meta['rounds']} interleaved rounds per case; "
            "time = median per call: CUDA events for large sizes, host time per call (perf_counter over many "
            "calls, one synchronise) for small ones; ratio = median over rounds of pyroundlib / that variant "
-           "(below 1: pyroundlib faster).", "",
+           "(below 1: pyroundlib faster)."
+           + (" **Diagnostic run: every backward on the calling thread** (not the targets' setting)."
+              if meta.get("backward_thread") == "calling thread" else ""), "",
            "| case | variant | time | GB/s | pyroundlib / variant |", "|---|---|---:|---:|---:|"]
     for r in results.values():
         for i, (name, t) in enumerate(r.medians.items()):
@@ -397,6 +399,10 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--only", default="",
                         help="run only the cases whose name contains one of these texts, separated by '|'")
+    parser.add_argument("--backward-on-calling-thread", action="store_true",
+                        help="diagnostic, not the targets' setting: run every backward on the calling thread "
+                             "(torch.autograd.set_multithreading_enabled(False)) instead of the autograd "
+                             "engine's per-device thread, to show what the hand-off costs each variant")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args(argv)
 
@@ -438,16 +444,18 @@ def main(argv=None):
 
     cases = [c for c in cases + [cpu_case] if any(part in c.name for part in args.only.split("|"))]
     results: dict[str, Result] = {}
-    for case in cases:
-        on = torch.device("cpu") if case is cpu_case else device
-        results[case.name] = run_case(case, on, rounds, round_seconds)
-        print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
-              flush=True)
+    with torch.autograd.set_multithreading_enabled(not args.backward_on_calling_thread):
+        for case in cases:
+            on = torch.device("cpu") if case is cpu_case else device
+            results[case.name] = run_case(case, on, rounds, round_seconds)
+            print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
+                  flush=True)
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")
     meta = {"device": device_name, "device_type": device.type, "date": datetime.date.today().isoformat(),
             "torch": torch.__version__, "pyroundlib": pyroundlib.__version__, "library": info, "rounds": rounds,
-            "cpu_threads": torch.get_num_threads(), "python": platform.python_version()}
+            "cpu_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "backward_thread": "calling thread" if args.backward_on_calling_thread else "autograd device thread"}
     target_rows = targets(results, device.type)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

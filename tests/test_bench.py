@@ -52,3 +52,20 @@ def test_one_case_run_writes_results(tmp_path):
 def test_only_matching_nothing_runs_nothing(tmp_path):
     bench.main(["--device", "cpu", "--only", "no such case", "--rounds", "1", "--out", str(tmp_path)])
     assert json.loads((tmp_path / "results.json").read_text())["results"] == []
+
+
+def test_backward_on_calling_thread_is_recorded_and_undone(tmp_path, monkeypatch):
+    seen = []
+    run_case = bench.run_case
+
+    def spy(*args, **kwargs):
+        seen.append(torch._C._is_multithreading_enabled())
+        return run_case(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_case", spy)
+    bench.main(["--device", "cpu", "--only", "CPU: LLTM", "--rounds", "1", "--backward-on-calling-thread",
+                "--out", str(tmp_path)])
+    assert seen == [False]  # the case ran with the engine's device threads off
+    assert torch._C._is_multithreading_enabled()  # and they are back on afterwards
+    assert json.loads((tmp_path / "results.json").read_text())["meta"]["backward_thread"] == "calling thread"
+    assert "Diagnostic run" in (tmp_path / "results.md").read_text()
