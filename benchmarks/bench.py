@@ -388,7 +388,7 @@ def chart(results, path, title):
     ax.set_xlabel("time ratio pyroundlib / peer (log scale; < 1 = pyroundlib faster)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the longest labels are wider than tight_layout allows
     return True
 
 
