@@ -94,8 +94,8 @@ def c_apply(function: type[torch.autograd.Function]):
     anything to do, and skipping it saves a few us a call: 3-4% of an LLTM forward+backward
     at the benchmark's small sizes on the H100 machine (benchmarks/NOTES.md).  The prologue
     described is torch 2.13's (read from its source); tests/test_apply.py checks that both
-    routes agree, and the GPU suite ran them on torch 2.11.  Falls back to ``function.apply`` on a torch whose classes are laid out
-    differently."""
+    routes agree, and the GPU suite ran them on torch 2.11.  Falls back to
+    ``function.apply`` on a torch whose classes are laid out differently."""
     try:
         return torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
     except (AttributeError, KeyError, TypeError):  # pragma: no cover - other torch versions
