@@ -20,6 +20,13 @@ TOLERANCES = {
 }
 
 
+def make_args(batch, features, state, dtype, device, requires_grad=True, scale=1.0):
+    """Fresh random LLTM arguments (input, weights, bias, old_h, old_cell), drawn in float64."""
+    shapes = [(batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
+    return [(torch.randn(s, dtype=torch.float64) * scale).to(dtype=dtype, device=device).requires_grad_(requires_grad)
+            for s in shapes]
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     return torch.device(request.param)

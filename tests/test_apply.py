@@ -7,11 +7,11 @@ import pyroundlib
 from pyroundlib import _common, lltm, round as round_module
 from pyroundlib.reference import lltm_cell_reference, round_ste_reference
 
+from conftest import make_args
+
 
 def lltm_args(device, requires_grad=True):
-    batch, features, state = 3, 5, 4
-    shapes = [(batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
-    return [torch.randn(s, dtype=torch.float64, device=device).requires_grad_(requires_grad) for s in shapes]
+    return make_args(3, 5, 4, torch.float64, device, requires_grad=requires_grad)
 
 
 class Spy:

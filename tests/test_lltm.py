@@ -8,15 +8,9 @@ import pyroundlib
 from pyroundlib import _common
 from pyroundlib.reference import lltm_cell_reference
 
-from conftest import TOLERANCES
+from conftest import TOLERANCES, make_args
 
 NAMES = ["input", "weights", "bias", "old_h", "old_cell"]
-
-
-def make_args(batch, features, state, dtype, device, requires_grad=True, scale=1.0):
-    shapes = [(batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
-    return [(torch.randn(s, dtype=torch.float64) * scale).to(dtype=dtype, device=device).requires_grad_(requires_grad)
-            for s in shapes]
 
 
 def clone_args(args):
