@@ -90,7 +90,7 @@ def c_apply(function: type[torch.autograd.Function]):
     ``Function.apply`` is a Python classmethod that, before calling the C++ apply, binds the
     arguments of Functions written with ``setup_context``, unwraps dead functorch wrappers
     and hands functorch transforms their own path.  For a Function written in the classic
-    ``forward(ctx, ...)`` form, called when ``direct_apply_ok`` holds, none of that has
+    ``forward(ctx, ...)`` form, called when ``plain_eager`` holds, none of that has
     anything to do, and skipping it saves a few us a call: 3-4% of an LLTM forward+backward
     at the benchmark's small sizes on the H100 machine (benchmarks/NOTES.md).  The prologue
     described is torch 2.13's (read from its source); tests/test_apply.py checks that both
@@ -102,28 +102,24 @@ def c_apply(function: type[torch.autograd.Function]):
         return function.apply
 
 
-def direct_apply_ok(*tensors: torch.Tensor) -> bool:
-    """True when a classic-form Function may be applied through ``c_apply``: no functorch
-    transform is active, no argument is a functorch wrapper (``Function.apply`` unwraps
-    dead ones), and Dynamo is not tracing (it recognises ``Function.apply``, not the C++
-    method)."""
-    if _functorch_active() or _is_compiling():
-        return False
-    for t in tensors:
-        if _is_functorch_wrapped(t):
-            return False
-    return True
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
-def plain_eager(*tensors: torch.Tensor) -> bool:
-    """True when a native kernel may be called directly, skipping the torch.library
-    dispatcher (~10 us a call): eager mode, no dispatch mode active, and only plain
-    tensors (not FakeTensor, FunctionalTensor or other subclasses that tracing uses).
-    Otherwise the call goes through the registered custom op."""
-    if _is_compiling() or _dispatch_stack_len():
+def plain_eager(*tensors: torch.Tensor | None) -> bool:
+    """True when an op may take pyroundlib's eager fast path: call its kernels directly,
+    skipping the torch.library dispatcher (~10 us a call), and apply its autograd Function
+    through the C++ apply (``c_apply``), skipping ``Function.apply``'s Python prologue.
+
+    That holds in plain eager mode: Dynamo is not tracing (it recognises ``Function.apply``
+    and the custom ops, not ctypes calls), no functorch transform and no dispatch mode is
+    active, and every tensor given is a plain ``torch.Tensor`` or ``nn.Parameter`` (not a
+    FakeTensor, FunctionalTensor or other subclass that tracing uses) and not a functorch
+    wrapper (``Function.apply`` unwraps dead ones).  ``None`` arguments are skipped.
+    Otherwise the call goes through ``Function.apply`` and the registered custom ops."""
+    if _is_compiling() or _functorch_active() or _dispatch_stack_len():
         return False
     for t in tensors:
-        if t is not None and type(t) is not torch.Tensor:
+        if t is not None and (type(t) not in _PLAIN_TYPES or _is_functorch_wrapped(t)):
             return False
     return True
 

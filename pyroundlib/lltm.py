@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ._common import (DTYPE_CODES, SUPPORTED_DEVICES, Kernel, c_apply, check_like, check_shape, check_tensor,
-                      direct_apply_ok, plain_eager, ptr)
+                      plain_eager, ptr)
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -110,16 +110,19 @@ lltm_forward_op.register_autograd(_lltm_forward_backward, setup_context=_lltm_fo
 
 class LLTMFunction(torch.autograd.Function):
     """One LLTM step as an autograd Function: ``LLTMFunction.apply(input, weights, bias,
-    old_h, old_cell) -> (new_h, new_cell)``, shapes as for ``lltm_cell`` (which checks
-    them; this does not).  Saves X = [old_h, input], weights, gates and old_cell; the
+    old_h, old_cell) -> (new_h, new_cell)``, shapes as for ``lltm_cell``, which checks
+    them all (applied directly, only the pointwise op's checks of ``gates`` and
+    ``old_cell`` run).  Saves X = [old_h, input], weights, gates and old_cell; the
     backward's GEMMs run only for the inputs that need a gradient."""
 
+    # lltm_cell's fast path passes eager=True, having checked the arguments and found
+    # plain_eager(...), and gets the kernels directly; otherwise they run as custom ops.
     @staticmethod
     def forward(ctx, input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
-                old_cell: Tensor) -> tuple[Tensor, Tensor]:
+                old_cell: Tensor, eager: bool = False) -> tuple[Tensor, Tensor]:
         X = torch.cat([old_h, input], dim=1)
         gates = torch.nn.functional.linear(X, weights, bias)  # addmm(bias, X, weights.t()) in one call
-        if plain_eager(gates, old_cell):
+        if eager:
             new_h, new_cell = _lltm_forward(gates, old_cell)
         else:
             new_h, new_cell = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
@@ -130,9 +133,9 @@ class LLTMFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
         X, weights, gates, old_cell = ctx.saved_tensors
-        need_input, need_weights, need_bias, need_old_h, _ = ctx.needs_input_grad
+        need_input, need_weights, need_bias, need_old_h = ctx.needs_input_grad[:4]
         d_bias = None
-        if plain_eager(grad_h, grad_cell, gates, old_cell):
+        if plain_eager(grad_h, grad_cell, gates, old_cell) and (gates.is_cuda or gates.is_cpu):
             fuse_bias = need_bias and (gates.is_cpu or gates.shape[0] <= FUSED_BIAS_MAX_CUDA_BATCH)
             d_gates, d_old_cell, d_bias = _lltm_backward(grad_h, grad_cell, gates, old_cell, fuse_bias)
         else:
@@ -145,7 +148,7 @@ class LLTMFunction(torch.autograd.Function):
         if need_input or need_old_h:
             state = old_cell.shape[1]
             d_old_h, d_input = d_gates.mm(weights).split_with_sizes([state, X.shape[1] - state], dim=1)
-        return d_input, d_weights, d_bias, d_old_h, d_old_cell
+        return d_input, d_weights, d_bias, d_old_h, d_old_cell, None  # None: for eager
 
 
 _apply_lltm = c_apply(LLTMFunction)
@@ -194,16 +197,20 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     one floating dtype (float32/float64/float16/bfloat16) on one device (CPU or CUDA).
     Returns (new_h, new_cell), each [B, S].  Differentiable in every input.
     """
-    if not _lltm_args_ok(input, weights, bias, old_h, old_cell):
-        _check_lltm_args(input, weights, bias, old_h, old_cell)
+    # The fast path: the common case checked in one expression, then kernels called
+    # directly and the Function applied through the C++ apply (plain_eager).
+    fast = (_lltm_args_ok(input, weights, bias, old_h, old_cell)
+            and plain_eager(input, weights, bias, old_h, old_cell))
+    if not fast:
+        _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input
     if torch.is_grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
                                     or old_h.requires_grad or old_cell.requires_grad):
-        if direct_apply_ok(input, weights, bias, old_h, old_cell):
-            return _apply_lltm(input, weights, bias, old_h, old_cell)
+        if fast:
+            return _apply_lltm(input, weights, bias, old_h, old_cell, True)
         return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
     # inference: no autograd node, nothing saved
     gates = torch.nn.functional.linear(torch.cat([old_h, input], dim=1), weights, bias)
-    if plain_eager(gates, old_cell):
+    if fast:
         return _lltm_forward(gates, old_cell)
     return torch.ops.pyroundlib.lltm_forward(gates, old_cell)
 

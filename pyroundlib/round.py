@@ -6,30 +6,42 @@ Backward: the identity (the incoming gradient is returned as is, no kernel runs)
 Layers: ``pyroundlib::round`` is a torch.library custom op (native kernel + fake
 implementation, so torch.compile traces it); ``RoundSTEFunction`` gives it the
 straight-through gradient; ``round_ste`` checks arguments; ``RoundSTE`` is the module.
-In eager mode the kernel is called directly (``plain_eager``), skipping the dispatcher.
+In plain eager mode (``plain_eager``) ``round_ste`` calls the kernel directly, skipping
+the dispatcher, and applies the Function through the C++ apply (``c_apply``).
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, c_apply, check_tensor, direct_apply_ok, plain_eager
+from ._common import DTYPE_CODES, Kernel, c_apply, check_tensor, plain_eager
 
 _round_kernel = Kernel("round")
 
 
-def _round(x: Tensor) -> Tensor:
+def _round(x: Tensor, code: int) -> Tensor:
+    """The kernel on a checked x whose dtype has the code ``code``."""
     x = x.contiguous()  # a copy, if one is made, lives until the kernel is enqueued on x's stream
     y = torch.empty_like(x)
-    _round_kernel(x, x.data_ptr(), y.data_ptr(), x.numel(), DTYPE_CODES[x.dtype])
+    _round_kernel(x, x.data_ptr(), y.data_ptr(), x.numel(), code)
     return y
+
+
+def _fast_code(x) -> Optional[int]:
+    """x's dtype code if x may take the eager fast path (``plain_eager``, on CPU or CUDA, of
+    a supported dtype), else None: then the call goes through the custom op, which checks."""
+    if plain_eager(x) and (x.is_cuda or x.is_cpu):
+        return DTYPE_CODES.get(x.dtype)
+    return None
 
 
 @torch.library.custom_op("pyroundlib::round", mutates_args=())
 def round_op(x: Tensor) -> Tensor:
     """Round half to even: the native kernel behind ``round_ste``, as a torch op."""
     check_tensor("x", x)
-    return _round(x)
+    return _round(x, DTYPE_CODES[x.dtype])
 
 
 @round_op.register_fake
@@ -53,13 +65,15 @@ class RoundSTEFunction(torch.autograd.Function):
 
     # The classic forward(ctx, ...) form: with a separate setup_context, every apply()
     # binds its arguments through inspect.signature, which costs more than the kernel.
+    # round_ste's fast path passes x's dtype code (``_fast_code``) and gets the kernel
+    # directly; without it, the forward is the custom op, which checks x.
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        return _round(x) if plain_eager(x) else torch.ops.pyroundlib.round(x)
+    def forward(ctx, x: Tensor, code: Optional[int] = None) -> Tensor:
+        return torch.ops.pyroundlib.round(x) if code is None else _round(x, code)
 
     @staticmethod
-    def backward(ctx, grad_output: Tensor) -> Tensor:
-        return grad_output
+    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:
+        return grad_output, None  # (autograd drops the None when apply was given x alone)
 
 
 _apply_round_ste = c_apply(RoundSTEFunction)
@@ -71,10 +85,15 @@ def round_ste(x: Tensor) -> Tensor:
     x: any shape, float32/float64/float16/bfloat16, on CPU or CUDA. Returns a new
     tensor of x's shape and dtype; x is not modified.
     """
-    check_tensor("x", x)
+    code = _fast_code(x)
+    if code is not None:  # x is checked, and nothing traces or transforms the call
+        if x.requires_grad and torch.is_grad_enabled():
+            return _apply_round_ste(x, code)
+        return _round(x, code)
+    check_tensor("x", x)  # raises for bad input; what passes is traced, transformed or on "meta"
     if x.requires_grad and torch.is_grad_enabled():
-        return _apply_round_ste(x) if direct_apply_ok(x) else RoundSTEFunction.apply(x)
-    return _round(x) if plain_eager(x) else torch.ops.pyroundlib.round(x)
+        return RoundSTEFunction.apply(x)
+    return torch.ops.pyroundlib.round(x)
 
 
 class RoundSTE(torch.nn.Module):

@@ -102,3 +102,52 @@ def test_leaked_functorch_wrappers_are_unwrapped(spies):
     h, c = pyroundlib.lltm_cell(leaked[0], *args[1:])
     torch.testing.assert_close((h, c), lltm_cell_reference(args[0].detach(), *args[1:]))
     assert spies[1].calls == 0
+
+
+def test_parameters_take_the_direct_route(device, spies):
+    x = torch.nn.Parameter(torch.randn(32, dtype=torch.float64, device=device) * 4)
+    assert torch.equal(pyroundlib.round_ste(x), torch.round(x.detach()))
+    cell = pyroundlib.LLTM(5, 4, device=device, dtype=torch.float64)  # weights and bias are Parameters
+    h, c = cell(torch.randn(3, 5, dtype=torch.float64, device=device))
+    torch.autograd.grad(h.sum() + c.sum(), list(cell.parameters()))
+    assert [s.calls for s in spies] == [1, 1]
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass: not what the fast path takes."""
+
+
+def test_tensor_subclasses_take_function_apply(spies):
+    x = (torch.randn(16, dtype=torch.float64) * 4).requires_grad_()
+    y = pyroundlib.round_ste(x.as_subclass(Tagged))
+    assert torch.equal(y, torch.round(x.detach()))
+    g = torch.randn_like(x)
+    assert torch.equal(torch.autograd.grad(y, x, g)[0], g)
+
+    args = lltm_args("cpu")
+    h, c = pyroundlib.lltm_cell(args[0].as_subclass(Tagged), *args[1:])
+    torch.testing.assert_close((h, c), lltm_cell_reference(*args))
+    assert [s.calls for s in spies] == [0, 0]
+
+
+def test_functions_applied_directly_check_through_the_ops():
+    """Outside round_ste / lltm_cell the Functions' forwards run the custom ops, which check."""
+    with pytest.raises(TypeError, match="x must have dtype"):
+        round_module.RoundSTEFunction.apply(torch.arange(4))
+    args = lltm_args("cpu")
+    args[4] = torch.randn(3, 5, dtype=torch.float64)  # old_cell [3, 5]; the gates are [3, 12]
+    with pytest.raises(ValueError, match="gates must have shape"):
+        lltm.LLTMFunction.apply(*args)
+
+
+def test_meta_tensors_run_the_fake_implementations(spies):
+    x = torch.randn(2, 3, device="meta", requires_grad=True)
+    y = pyroundlib.round_ste(x)
+    assert y.device.type == "meta" and y.shape == x.shape
+    assert torch.autograd.grad(y.sum(), x)[0].shape == x.shape
+    args = make_args(3, 5, 4, torch.float32, "meta", requires_grad=True)
+    h, c = pyroundlib.lltm_cell(*args)
+    assert h.device.type == "meta" and h.shape == c.shape == (3, 4)
+    grads = torch.autograd.grad(h.sum() + c.sum(), args)
+    assert [g.shape for g in grads] == [a.shape for a in args]
+    assert [s.calls for s in spies] == [0, 0]
