@@ -49,6 +49,27 @@ def test_one_case_run_writes_results(tmp_path):
     assert "| CPU: LLTM forward+backward" in (tmp_path / "results.md").read_text()
 
 
+def test_rounds_vary_each_variants_predecessor():
+    """Each round runs the variants in a fresh order, so no variant always runs right after
+    the same other one (a fixed cycle A B C, B C A, ... would), and the orders are the same
+    in every run."""
+    names = [bench.OURS, "b", "c", "d"]
+
+    def orders():
+        calls = []
+        case = bench.Case("order", {n: (lambda n=n: calls.append(n)) for n in names}, host_bound=True)
+        result = bench.run_case(case, torch.device("cpu"), rounds=12, round_seconds=1e-9)
+        assert result.reps == 1
+        return calls[-12 * 4:]  # the timed rounds, after the warm-up and the calibration
+
+    calls = orders()
+    rounds = [calls[i:i + 4] for i in range(0, len(calls), 4)]
+    assert all(sorted(r) == sorted(names) for r in rounds)
+    before = {n: {r[r.index(n) - 1] for r in rounds if r.index(n) > 0} for n in names}
+    assert all(len(p) >= 2 for p in before.values()), before
+    assert orders() == calls
+
+
 def test_only_matching_nothing_runs_nothing(tmp_path):
     bench.main(["--device", "cpu", "--only", "no such case", "--rounds", "1", "--out", str(tmp_path)])
     assert json.loads((tmp_path / "results.json").read_text())["results"] == []
