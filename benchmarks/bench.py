@@ -19,6 +19,7 @@ import datetime
 import gc
 import json
 import math
+import os
 import platform
 import random
 import statistics
@@ -352,6 +353,15 @@ def fmt_time(s):
     return f"{s * 1e6:,.1f} us" if s < 1e-3 else f"{s * 1e3:,.3f} ms"
 
 
+def allowed_cpus() -> list[int] | None:
+    """The CPUs this process may run on (``taskset`` narrows them): host-bound timings
+    depend on it (NOTES, session 5)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return None
+
+
 def markdown(meta, results, target_rows):
     out = [f"# pyroundlib benchmark — {meta['device']}, {meta['date']}", "",
            f"torch {meta['torch']}, pyroundlib {meta['pyroundlib']}, {meta['rounds']} interleaved rounds per case, "
@@ -360,7 +370,9 @@ def markdown(meta, results, target_rows):
            "calls, one synchronise) for small ones; ratio = median over rounds of pyroundlib / that variant "
            "(below 1: pyroundlib faster)."
            + (" **Diagnostic run: every backward on the calling thread** (not the targets' setting)."
-              if meta.get("backward_thread") == "calling thread" else ""), "",
+              if meta.get("backward_thread") == "calling thread" else "")
+           + (f" **Process pinned to CPU(s) {meta['cpus_allowed']}** of {meta['cpus']} (e.g. `taskset`)."
+              if meta.get("cpus_allowed") and len(meta["cpus_allowed"]) < (meta.get("cpus") or 0) else ""), "",
            "| case | variant | time | GB/s | pyroundlib / variant |", "|---|---|---:|---:|---:|"]
     for r in results.values():
         for i, (name, t) in enumerate(r.medians.items()):
@@ -463,7 +475,8 @@ def main(argv=None):
     meta = {"device": device_name, "device_type": device.type, "date": datetime.date.today().isoformat(),
             "torch": torch.__version__, "pyroundlib": pyroundlib.__version__, "library": info, "rounds": rounds,
             "cpu_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "backward_thread": "calling thread" if args.backward_on_calling_thread else "autograd device thread"}
+            "backward_thread": "calling thread" if args.backward_on_calling_thread else "autograd device thread",
+            "cpus_allowed": allowed_cpus(), "cpus": os.cpu_count()}
     target_rows = targets(results, device.type)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

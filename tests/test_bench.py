@@ -70,6 +70,14 @@ def test_rounds_vary_each_variants_predecessor():
     assert orders() == calls
 
 
+def test_cpu_pinning_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(bench.os, "cpu_count", lambda: 16)
+    bench.main(["--device", "cpu", "--only", "no such case", "--rounds", "1", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "results.json").read_text())["meta"]["cpus_allowed"] == [3]
+    assert "**Process pinned to CPU(s) [3]** of 16" in (tmp_path / "results.md").read_text()
+
+
 def test_only_matching_nothing_runs_nothing(tmp_path):
     bench.main(["--device", "cpu", "--only", "no such case", "--rounds", "1", "--out", str(tmp_path)])
     assert json.loads((tmp_path / "results.json").read_text())["results"] == []
