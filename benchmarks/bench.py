@@ -4,9 +4,9 @@
 
 Method (see benchmarks/NOTES.md): the variants of a case run interleaved in rounds, in a
 fresh (seeded) random order each round (A B C, C A B, ...), each timing `reps`
-back-to-back calls between two CUDA events (or perf_counter on the CPU) after a
-warm-up, so host-bound small sizes measure
-host time per call and large sizes GPU time.  Reported: the median time of each variant,
+back-to-back calls between two CUDA events (or perf_counter on the CPU) after a warm-up,
+so host-bound small sizes measure host time per call and large sizes GPU time.
+Reported: the median time of each variant,
 achieved GB/s where the bytes are known, and the median of the per-round ratios
 pyroundlib / peer (drift between rounds cancels in the ratio).
 
@@ -214,7 +214,7 @@ def run_case(case: Case, device: torch.device, rounds: int, round_seconds: float
     # A fresh order each round, so that every variant runs in every position and after
     # every other variant: a fixed cycle (A B C, B C A, ...) gives each variant the same
     # predecessor in every round, and at the small LLTM sizes the variant run right after
-    # eager measured 3-9% slower than the same function run elsewhere (NOTES, session 5).
+    # eager measured 2-9% slower than the same function run elsewhere (NOTES, session 5).
     shuffler = random.Random(ORDER_SEED)
     for _ in range(rounds):
         for n in shuffler.sample(names, len(names)):
