@@ -6,9 +6,9 @@ Method (see benchmarks/NOTES.md): the variants of a case run interleaved in roun
 fresh (seeded) random order each round (A B C, C A B, ...), each timing `reps`
 back-to-back calls between two CUDA events (or perf_counter on the CPU) after a warm-up,
 so host-bound small sizes measure host time per call and large sizes GPU time.
-Reported: the median time of each variant,
-achieved GB/s where the bytes are known, and the median of the per-round ratios
-pyroundlib / peer (drift between rounds cancels in the ratio).
+Reported: the median time of each variant, achieved GB/s where the bytes are known, and
+the median of the per-round ratios pyroundlib / peer (drift between rounds cancels in
+the ratio).
 
 Writes results.json, results.md and ratios.png (if matplotlib is there) to --out.
 """
