@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyroundlib  # noqa: E402
 from pyroundlib import _common, _ffi  # noqa: E402
-from pyroundlib.lltm import LLTMFunction, _lltm_backward, _lltm_forward  # noqa: E402
+from pyroundlib.lltm import _apply_lltm, _lltm_backward, _lltm_forward  # noqa: E402
 from pyroundlib.reference import lltm_cell_reference  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,6 +56,7 @@ def main():
     X = torch.cat([args[3], args[0]], 1).detach()
     gates = torch.addmm(args[2], X, args[1].t()).detach()
     old_cell = args[4].detach()
+    floor = c_apply(LLTMFloor)
     steps = {
         "torch.round(x)": lambda: torch.round(x),
         "torch.empty_like(x)": lambda: torch.empty_like(x),
@@ -72,9 +73,9 @@ def main():
         "LLTM: _lltm_backward": lambda: _lltm_backward(grads[0], grads[1], gates, old_cell),
         "LLTM: 2 mm + sum": lambda: (gates.t().mm(X), gates.mm(args[1]), gates.sum(0)),
         "LLTM: lltm_cell fwd (grad)": lambda: pyroundlib.lltm_cell(*args),
-        "LLTM: LLTMFunction.apply": lambda: LLTMFunction.apply(*args),
+        "LLTM: LLTMFunction (eager path)": lambda: _apply_lltm(*args, True),  # lltm_cell's route, unchecked
         "LLTM: grad(lltm_cell)": lambda: torch.autograd.grad(pyroundlib.lltm_cell(*args), args, grads),
-        "LLTM: grad(floor Function)": lambda: torch.autograd.grad(c_apply(LLTMFloor)(*args), args, grads),
+        "LLTM: grad(floor Function)": lambda: torch.autograd.grad(floor(*args), args, grads),
         "LLTM: grad(reference)": lambda: torch.autograd.grad(lltm_cell_reference(*args), args, grads),
     }
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
