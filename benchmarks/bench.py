@@ -15,8 +15,10 @@ Writes results.json, results.md and ratios.png (if matplotlib is there) to --out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
+import importlib
 import json
 import math
 import os
@@ -31,9 +33,11 @@ from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import pyroundlib  # noqa: E402
-from pyroundlib._common import c_apply  # noqa: E402
+try:  # an installed pyroundlib, or the one on PYTHONPATH (`make bench` sets it)
+    import pyroundlib
+except ImportError:  # run from a source tree: the package beside this folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import pyroundlib
 from pyroundlib.lltm import _lltm_backward, _lltm_forward  # noqa: E402
 from pyroundlib.reference import lltm_cell_reference, round_ste_reference  # noqa: E402
 
@@ -47,7 +51,7 @@ class LLTMFloor(torch.autograd.Function):
     products and the bias sum, in one autograd node, with no pointwise work at all.
     Timed beside the others to show the floor under the CPU target (benchmarks/NOTES.md).
     Both floors are written as leanly as `lltm_cell` (one `linear`, one `split_with_sizes`)
-    and applied as it is, through the C++ apply (`c_apply`)."""
+    and applied as it is, through `Function.apply`."""
 
     @staticmethod
     def forward(ctx, input, weights, bias, old_h, old_cell):
@@ -67,8 +71,9 @@ class LLTMFloor(torch.autograd.Function):
 
 class LLTMKernelsFloor(torch.autograd.Function):
     """The GEMMs-only floor plus pyroundlib's two kernel calls and the tensors they write:
-    the least that any LLTM launching its pointwise kernels from Python must do.
-    `lltm_cell` adds only its argument checks and the tracing fallbacks to this."""
+    the least that any LLTM launching its pointwise kernels from Python must do, with no
+    custom-op dispatch and no checks.  `lltm_cell` adds its argument checks and the
+    torch.library dispatch of its two ops to this."""
 
     @staticmethod
     def forward(ctx, input, weights, bias, old_h, old_cell):
@@ -281,8 +286,8 @@ def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False, fl
         "compiled": fwd_bwd(compiled_ref),
     }, group="lltm", host_bound=host_bound)
     if floor:
-        both.variants["floor: GEMMs only"] = fwd_bwd(c_apply(LLTMFloor))
-        both.variants[KERNELS_FLOOR] = fwd_bwd(c_apply(LLTMKernelsFloor))
+        both.variants["floor: GEMMs only"] = fwd_bwd(LLTMFloor.apply)
+        both.variants[KERNELS_FLOOR] = fwd_bwd(LLTMKernelsFloor.apply)
     cases = [forward, both]
     if pointwise:
         # the fused pointwise kernels alone against a copy moving the same number of bytes
@@ -345,6 +350,39 @@ def targets(results: dict[str, Result], device_type: str):
     if cpu:
         rows.append(("CPU LLTM fwd+bwd (16,32,128) / eager", cpu.ratios["eager"], 0.8, cpu.ratios["eager"] <= 0.8))
     return rows
+
+
+# ---- settings ---------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def setting(owner, name: str, value):
+    """``owner.name = value`` inside the block, restored after it, even when the block
+    raises.  Where this torch has no such setting, or refuses the value, the block runs
+    without it and the returned note says so (the run's meta records it)."""
+    note = {"setting": f"{getattr(owner, '__name__', type(owner).__name__)}.{name}", "wanted": value}
+    try:
+        old = getattr(owner, name)
+        setattr(owner, name, value)
+    except Exception as e:  # noqa: BLE001 - AttributeError, or a config module's own refusal
+        note["applied"] = False
+        note["why"] = f"{type(e).__name__}: {e}"
+        yield note
+        return
+    note["applied"] = True
+    try:
+        yield note
+    finally:
+        setattr(owner, name, old)
+
+
+def inductor_config():
+    """torch.compile's config module, or None on a torch without one (``setting`` then
+    records that it was not applied).  It is not public API: the benchmark only ever sets
+    it through ``setting``."""
+    try:
+        return importlib.import_module("torch._inductor.config")
+    except Exception:  # noqa: BLE001 - ImportError, or a broken optional dependency
+        return None
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -436,9 +474,11 @@ def main(argv=None):
     # No background compile workers: torch.compile otherwise starts a pool of worker
     # processes at its first compile, which then shares the CPU with whatever is being
     # timed (a suspect, not a proven cause, of one run's CPU outlier: benchmarks/NOTES.md).
-    from torch._inductor import config as inductor_config
-    inductor_config.compile_threads = 1
+    with setting(inductor_config(), "compile_threads", 1) as note:
+        return _run(args, device, rounds, round_seconds, info, [note])
 
+
+def _run(args, device, rounds, round_seconds, info, notes):
     compiled_idiom = torch.compile(round_ste_reference, dynamic=False)
     compiled_lltm = torch.compile(lltm_cell_reference, dynamic=False)
     cases: list[Case] = []
@@ -476,7 +516,7 @@ def main(argv=None):
             "torch": torch.__version__, "pyroundlib": pyroundlib.__version__, "library": info, "rounds": rounds,
             "cpu_threads": torch.get_num_threads(), "python": platform.python_version(),
             "backward_thread": "calling thread" if args.backward_on_calling_thread else "autograd device thread",
-            "cpus_allowed": allowed_cpus(), "cpus": os.cpu_count()}
+            "cpus_allowed": allowed_cpus(), "cpus": os.cpu_count(), "settings": notes}
     target_rows = targets(results, device.type)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

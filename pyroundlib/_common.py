@@ -7,13 +7,11 @@ from . import _ffi
 
 # torch dtype -> prl_dtype code (native/include/pyroundlib.h)
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
-SUPPORTED_DEVICES = ("cpu", "cuda")
 
-try:  # ~0.2 us, against ~5 us for torch.cuda.current_stream(i).cuda_stream
-    _raw_stream = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # pragma: no cover - older or CPU-only torch builds
-    def _raw_stream(index: int) -> int:
-        return torch.cuda.current_stream(index).cuda_stream
+
+def current_stream_handle(index: int) -> int:
+    """The raw ``cudaStream_t`` of device ``index``'s current stream (public API only)."""
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def check_tensor(name: str, value) -> None:
@@ -69,59 +67,13 @@ class Kernel:
             self._bind()
         if t.is_cuda:
             index = t.get_device()
-            status = self._cuda(*args, index, _raw_stream(index))
+            status = self._cuda(*args, index, current_stream_handle(index))
         elif t.is_cpu:
             status = self._cpu(*args)
         else:
             raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")
         if status:
             self._lib.raise_status(status)
-
-
-_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
-_is_compiling = torch.compiler.is_compiling
-_functorch_active = torch._C._are_functorch_transforms_active
-_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-
-
-def c_apply(function: type[torch.autograd.Function]):
-    """``function.apply`` without its Python prologue: the C++ ``apply`` bound to ``function``.
-
-    ``Function.apply`` is a Python classmethod that, before calling the C++ apply, binds the
-    arguments of Functions written with ``setup_context``, unwraps dead functorch wrappers
-    and hands functorch transforms their own path.  For a Function written in the classic
-    ``forward(ctx, ...)`` form, called when ``plain_eager`` holds, none of that has
-    anything to do, and skipping it saves a few us a call: 3-4% of an LLTM forward+backward
-    at the benchmark's small sizes on the H100 machine (benchmarks/NOTES.md).  The prologue
-    described is torch 2.13's (read from its source); tests/test_apply.py checks that both
-    routes agree, and the GPU suite ran them on torch 2.11.  Falls back to
-    ``function.apply`` on a torch whose classes are laid out differently."""
-    try:
-        return torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
-    except (AttributeError, KeyError, TypeError):  # pragma: no cover - other torch versions
-        return function.apply
-
-
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
-
-
-def plain_eager(*tensors: torch.Tensor | None) -> bool:
-    """True when an op may take pyroundlib's eager fast path: call its kernels directly,
-    skipping the torch.library dispatcher (~10 us a call), and apply its autograd Function
-    through the C++ apply (``c_apply``), skipping ``Function.apply``'s Python prologue.
-
-    That holds in plain eager mode: Dynamo is not tracing (it recognises ``Function.apply``
-    and the custom ops, not ctypes calls), no functorch transform and no dispatch mode is
-    active, and every tensor given is a plain ``torch.Tensor`` or ``nn.Parameter`` (not a
-    FakeTensor, FunctionalTensor or other subclass that tracing uses) and not a functorch
-    wrapper (``Function.apply`` unwraps dead ones).  ``None`` arguments are skipped.
-    Otherwise the call goes through ``Function.apply`` and the registered custom ops."""
-    if _is_compiling() or _functorch_active() or _dispatch_stack_len():
-        return False
-    for t in tensors:
-        if t is not None and (type(t) not in _PLAIN_TYPES or _is_functorch_wrapped(t)):
-            return False
-    return True
 
 
 def ptr(t: torch.Tensor | None) -> int | None:

@@ -4,18 +4,19 @@ The matrix product stays in PyTorch (``gates = X @ W^T + b`` with ``X = [old_h, 
 the pointwise forward and backward run in native kernels registered as the custom ops
 ``pyroundlib::lltm_forward`` and ``pyroundlib::lltm_backward``.  The backward kernel
 recomputes the activations from ``gates`` and ``old_cell``, so the forward saves only
-``X``, ``weights``, ``gates`` and ``old_cell``.
-"""
-from __future__ import annotations
+``X``, ``weights``, ``gates`` and ``old_cell``.  Every call goes through the custom ops,
+in eager mode too: one path, traced and run alike.
 
+No ``from __future__ import annotations`` here: torch.library reads the custom ops'
+annotations as types, and torch 2.4 cannot read them as strings.
+"""
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from ._common import (DTYPE_CODES, SUPPORTED_DEVICES, Kernel, c_apply, check_like, check_shape, check_tensor,
-                      plain_eager, ptr)
+from ._common import DTYPE_CODES, Kernel, check_like, check_shape, check_tensor, ptr
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -27,7 +28,7 @@ _backward_kernel = Kernel("lltm_backward")
 FUSED_BIAS_MAX_CUDA_BATCH = 256
 
 
-def _check_pointwise(gates: Tensor, old_cell: Tensor) -> tuple[int, int]:
+def _check_pointwise(gates: Tensor, old_cell: Tensor) -> Tuple[int, int]:
     check_tensor("old_cell", old_cell)
     check_like("gates", gates, "old_cell", old_cell)
     if old_cell.dim() != 2:
@@ -37,7 +38,7 @@ def _check_pointwise(gates: Tensor, old_cell: Tensor) -> tuple[int, int]:
     return batch, state
 
 
-def _lltm_forward(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
+def _lltm_forward(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     gates, old_cell = gates.contiguous(), old_cell.contiguous()
     new_h, new_cell = torch.empty_like(old_cell), torch.empty_like(old_cell)
     batch, state = old_cell.shape
@@ -47,7 +48,7 @@ def _lltm_forward(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _lltm_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor, old_cell: Tensor,
-                   with_bias: bool = False) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+                   with_bias: bool = False) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """(d_gates, d_old_cell, d_bias): d_bias = d_gates.sum(0), computed in the same kernel,
     when with_bias (else None)."""
     gates, old_cell = gates.contiguous(), old_cell.contiguous()
@@ -63,35 +64,40 @@ def _lltm_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates:
 
 
 @torch.library.custom_op("pyroundlib::lltm_forward", mutates_args=())
-def lltm_forward_op(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
+def lltm_forward_op(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """Pointwise LLTM forward: (gates [B, 3S], old_cell [B, S]) -> (new_h, new_cell), each [B, S]."""
     _check_pointwise(gates, old_cell)
     return _lltm_forward(gates, old_cell)
 
 
 @lltm_forward_op.register_fake
-def _lltm_forward_fake(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
+def _lltm_forward_fake(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.empty_like(old_cell, memory_format=torch.contiguous_format), \
         torch.empty_like(old_cell, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("pyroundlib::lltm_backward", mutates_args=())
 def lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
-                     old_cell: Tensor) -> tuple[Tensor, Tensor]:
-    """Pointwise LLTM backward: -> (d_gates [B, 3S], d_old_cell [B, S]).  A None gradient is zero."""
+                     old_cell: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Pointwise LLTM backward: -> (d_gates [B, 3S], d_old_cell [B, S], d_bias [3S]), where
+    d_bias = d_gates.sum(0) is the bias gradient.  A None gradient is zero."""
     batch, state = _check_pointwise(gates, old_cell)
     for name, grad in (("grad_h", grad_h), ("grad_cell", grad_cell)):
         if grad is not None:
             check_like(name, grad, "old_cell", old_cell)
             check_shape(name, grad, (batch, state), "[batch, state]")
-    d_gates, d_old_cell, _ = _lltm_backward(grad_h, grad_cell, gates, old_cell)
-    return d_gates, d_old_cell
+    fuse_bias = not gates.is_cuda or batch <= FUSED_BIAS_MAX_CUDA_BATCH
+    d_gates, d_old_cell, d_bias = _lltm_backward(grad_h, grad_cell, gates, old_cell, with_bias=fuse_bias)
+    if d_bias is None:
+        d_bias = d_gates.sum(dim=0)
+    return d_gates, d_old_cell, d_bias
 
 
 @lltm_backward_op.register_fake
 def _lltm_backward_fake(grad_h, grad_cell, gates, old_cell):
     return torch.empty_like(gates, memory_format=torch.contiguous_format), \
-        torch.empty_like(old_cell, memory_format=torch.contiguous_format)
+        torch.empty_like(old_cell, memory_format=torch.contiguous_format), \
+        gates.new_empty(gates.shape[1])
 
 
 def _lltm_forward_setup(ctx, inputs, output) -> None:
@@ -100,7 +106,8 @@ def _lltm_forward_setup(ctx, inputs, output) -> None:
 
 def _lltm_forward_backward(ctx, grad_h, grad_cell):
     gates, old_cell = ctx.saved_tensors
-    return torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+    d_gates, d_old_cell, _ = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+    return d_gates, d_old_cell
 
 
 # The pointwise op is differentiable on its own too (in gates and old_cell); the
@@ -115,17 +122,12 @@ class LLTMFunction(torch.autograd.Function):
     ``old_cell`` run).  Saves X = [old_h, input], weights, gates and old_cell; the
     backward's GEMMs run only for the inputs that need a gradient."""
 
-    # lltm_cell's fast path passes eager=True, having checked the arguments and found
-    # plain_eager(...), and gets the kernels directly; otherwise they run as custom ops.
     @staticmethod
     def forward(ctx, input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
-                old_cell: Tensor, eager: bool = False) -> tuple[Tensor, Tensor]:
+                old_cell: Tensor) -> Tuple[Tensor, Tensor]:
         X = torch.cat([old_h, input], dim=1)
         gates = torch.nn.functional.linear(X, weights, bias)  # addmm(bias, X, weights.t()) in one call
-        if eager:
-            new_h, new_cell = _lltm_forward(gates, old_cell)
-        else:
-            new_h, new_cell = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+        new_h, new_cell = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
         ctx.save_for_backward(X, weights, gates, old_cell)
         ctx.set_materialize_grads(False)  # an unused output's gradient reaches C as NULL, not zeros
         return new_h, new_cell
@@ -134,24 +136,16 @@ class LLTMFunction(torch.autograd.Function):
     def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
         X, weights, gates, old_cell = ctx.saved_tensors
         need_input, need_weights, need_bias, need_old_h = ctx.needs_input_grad[:4]
-        d_bias = None
-        if plain_eager(grad_h, grad_cell, gates, old_cell) and (gates.is_cuda or gates.is_cpu):
-            fuse_bias = need_bias and (gates.is_cpu or gates.shape[0] <= FUSED_BIAS_MAX_CUDA_BATCH)
-            d_gates, d_old_cell, d_bias = _lltm_backward(grad_h, grad_cell, gates, old_cell, fuse_bias)
-        else:
-            d_gates, d_old_cell = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+        d_gates, d_old_cell, d_bias = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
         d_input = d_weights = d_old_h = None
         if need_weights:
             d_weights = d_gates.t().mm(X)
-        if need_bias and d_bias is None:
-            d_bias = d_gates.sum(dim=0)
+        if not need_bias:
+            d_bias = None
         if need_input or need_old_h:
             state = old_cell.shape[1]
             d_old_h, d_input = d_gates.mm(weights).split_with_sizes([state, X.shape[1] - state], dim=1)
-        return d_input, d_weights, d_bias, d_old_h, d_old_cell, None  # None: for eager
-
-
-_apply_lltm = c_apply(LLTMFunction)
+        return d_input, d_weights, d_bias, d_old_h, d_old_cell
 
 
 def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
@@ -173,45 +167,20 @@ def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
     check_shape("bias", bias, (3 * state,), f"[3*state_size] {sizes}")
 
 
-def _lltm_args_ok(input, weights, bias, old_h, old_cell) -> bool:
-    """The common case in one expression (a few us cheaper than _check_lltm_args)."""
-    try:
-        dtype, device = input.dtype, input.device
-        batch, features = input.shape
-        _, state = old_h.shape
-        return (dtype in DTYPE_CODES and device.type in SUPPORTED_DEVICES
-                and weights.dtype == dtype and bias.dtype == dtype and old_h.dtype == dtype and old_cell.dtype == dtype
-                and weights.shape == (3 * state, state + features) and bias.shape == (3 * state,)
-                and old_h.shape == (batch, state) and old_cell.shape == (batch, state)
-                and weights.device == device and bias.device == device and old_h.device == device
-                and old_cell.device == device)
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
 def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
-              old_cell: Tensor) -> tuple[Tensor, Tensor]:
+              old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """One LLTM step.
 
     input [B, I], weights [3S, S+I], bias [3S], old_h [B, S], old_cell [B, S], all of
     one floating dtype (float32/float64/float16/bfloat16) on one device (CPU or CUDA).
     Returns (new_h, new_cell), each [B, S].  Differentiable in every input.
     """
-    # The fast path: the common case checked in one expression, then kernels called
-    # directly and the Function applied through the C++ apply (plain_eager).
-    fast = (_lltm_args_ok(input, weights, bias, old_h, old_cell)
-            and plain_eager(input, weights, bias, old_h, old_cell))
-    if not fast:
-        _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input
+    _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
     if torch.is_grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
                                     or old_h.requires_grad or old_cell.requires_grad):
-        if fast:
-            return _apply_lltm(input, weights, bias, old_h, old_cell, True)
         return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
     # inference: no autograd node, nothing saved
     gates = torch.nn.functional.linear(torch.cat([old_h, input], dim=1), weights, bias)
-    if fast:
-        return _lltm_forward(gates, old_cell)
     return torch.ops.pyroundlib.lltm_forward(gates, old_cell)
 
 
@@ -237,7 +206,7 @@ class LLTM(torch.nn.Module):
             for weight in self.parameters():
                 weight.uniform_(-stdv, +stdv)
 
-    def forward(self, input: Tensor, state: Optional[tuple[Tensor, Tensor]] = None) -> tuple[Tensor, Tensor]:
+    def forward(self, input: Tensor, state: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tensor]:
         """input [B, input_features]; state (h, c), each [B, state_size], zeros if omitted
         (as for torch.nn.LSTMCell).  Returns (new_h, new_cell), each [B, state_size]."""
         if state is None:

@@ -6,17 +6,15 @@ Backward: the identity (the incoming gradient is returned as is, no kernel runs)
 Layers: ``pyroundlib::round`` is a torch.library custom op (native kernel + fake
 implementation, so torch.compile traces it); ``RoundSTEFunction`` gives it the
 straight-through gradient; ``round_ste`` checks arguments; ``RoundSTE`` is the module.
-In plain eager mode (``plain_eager``) ``round_ste`` calls the kernel directly, skipping
-the dispatcher, and applies the Function through the C++ apply (``c_apply``).
+Every call goes through the custom op, in eager mode too: one path, traced and run alike.
+
+No ``from __future__ import annotations`` here: torch.library reads the custom op's
+annotations as types, and torch 2.4 cannot read them as strings.
 """
-from __future__ import annotations
-
-from typing import Optional
-
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, c_apply, check_tensor, plain_eager
+from ._common import DTYPE_CODES, Kernel, check_tensor
 
 _round_kernel = Kernel("round")
 
@@ -27,14 +25,6 @@ def _round(x: Tensor, code: int) -> Tensor:
     y = torch.empty_like(x)
     _round_kernel(x, x.data_ptr(), y.data_ptr(), x.numel(), code)
     return y
-
-
-def _fast_code(x) -> Optional[int]:
-    """x's dtype code if x may take the eager fast path (``plain_eager``, on CPU or CUDA, of
-    a supported dtype), else None: then the call goes through the custom op, which checks."""
-    if plain_eager(x) and (x.is_cuda or x.is_cpu):
-        return DTYPE_CODES.get(x.dtype)
-    return None
 
 
 @torch.library.custom_op("pyroundlib::round", mutates_args=())
@@ -63,20 +53,13 @@ class RoundSTEFunction(torch.autograd.Function):
     of x's shape and dtype), the identity in the backward (the incoming gradient itself).
     x: float32/float64/float16/bfloat16 on CPU or CUDA (``round_ste`` checks this)."""
 
-    # The classic forward(ctx, ...) form: with a separate setup_context, every apply()
-    # binds its arguments through inspect.signature, which costs more than the kernel.
-    # round_ste's fast path passes x's dtype code (``_fast_code``) and gets the kernel
-    # directly; without it, the forward is the custom op, which checks x.
     @staticmethod
-    def forward(ctx, x: Tensor, code: Optional[int] = None) -> Tensor:
-        return torch.ops.pyroundlib.round(x) if code is None else _round(x, code)
+    def forward(ctx, x: Tensor) -> Tensor:
+        return torch.ops.pyroundlib.round(x)  # the op checks x
 
     @staticmethod
-    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:
-        return grad_output, None  # (autograd drops the None when apply was given x alone)
-
-
-_apply_round_ste = c_apply(RoundSTEFunction)
+    def backward(ctx, grad_output: Tensor) -> Tensor:
+        return grad_output
 
 
 def round_ste(x: Tensor) -> Tensor:
@@ -85,12 +68,7 @@ def round_ste(x: Tensor) -> Tensor:
     x: any shape, float32/float64/float16/bfloat16, on CPU or CUDA. Returns a new
     tensor of x's shape and dtype; x is not modified.
     """
-    code = _fast_code(x)
-    if code is not None:  # x is checked, and nothing traces or transforms the call
-        if x.requires_grad and torch.is_grad_enabled():
-            return _apply_round_ste(x, code)
-        return _round(x, code)
-    check_tensor("x", x)  # raises for bad input; what passes is traced, transformed or on "meta"
+    check_tensor("x", x)  # raises for bad input, naming x
     if x.requires_grad and torch.is_grad_enabled():
         return RoundSTEFunction.apply(x)
     return torch.ops.pyroundlib.round(x)

@@ -1,7 +1,14 @@
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
 import pyroundlib
+
+# The folder that holds the pyroundlib package under test: the source tree, or site-packages
+# when the suite runs against an installed wheel (make test-installed).
+PACKAGE_PARENT = Path(pyroundlib.__file__).resolve().parent.parent
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 CUDA = torch.cuda.is_available() and pyroundlib.library_info()["cuda"]
@@ -20,6 +27,12 @@ TOLERANCES = {
 }
 
 
+def subprocess_env(**extra) -> dict:
+    """The environment for a child Python that must import the same pyroundlib as the tests."""
+    path = os.pathsep.join(p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def make_args(batch, features, state, dtype, device, requires_grad=True, scale=1.0):
     """Fresh random LLTM arguments (input, weights, bias, old_h, old_cell), drawn in float64."""
     shapes = [(batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
@@ -35,6 +48,15 @@ def device(request):
 @pytest.fixture(params=DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 def dtype(request):
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _subnormals_kept():
+    """Each test starts with subnormal floats kept (IEEE), whatever ran before: on torch 2.4,
+    the first torch.compile on the CPU loads code built with -ffast-math, which turns on
+    flush-to-zero for the thread, and hypothesis refuses to draw floats then."""
+    torch.set_flush_denormal(False)
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -14,27 +14,67 @@ import bench  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _restore_inductor_config(monkeypatch):
-    """bench.main sets torch._inductor.config.compile_threads; undo it after each test."""
-    import torch._inductor.config as inductor_config
-    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
+def _inductor_config_untouched():
+    """Every benchmark run leaves torch.compile's settings as it found them."""
+    config = bench.inductor_config()
+    before = getattr(config, "compile_threads", None)
+    yield
+    assert getattr(config, "compile_threads", None) == before
 
 
-@pytest.mark.parametrize("route", ["Function.apply", "c_apply"])
-def test_kernels_floor_is_a_correct_lltm(device, route):
+def test_kernels_floor_is_a_correct_lltm(device):
     """`LLTMKernelsFloor` (GEMMs + our two kernel calls, no checks) against plain PyTorch in
-    float64: same outputs and same gradients for all five inputs, applied either way."""
+    float64: same outputs and same gradients for all five inputs."""
     batch, features, state = 5, 7, 12
     args = bench.lltm_inputs(device, batch, features, state, dtype=torch.float64, requires_grad=True)
     grads = [torch.randn(batch, state, device=device, dtype=torch.float64) for _ in range(2)]
-    apply = bench.LLTMKernelsFloor.apply if route == "Function.apply" else bench.c_apply(bench.LLTMKernelsFloor)
-    got = apply(*args)
+    got = bench.LLTMKernelsFloor.apply(*args)
     ref = lltm_cell_reference(*args)
     for g, r in zip(got, ref):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12)
     for name, g, r in zip(["input", "weights", "bias", "old_h", "old_cell"],
                           torch.autograd.grad(got, args, grads), torch.autograd.grad(ref, args, grads)):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12, msg=lambda m: f"d_{name}: {m}")
+
+
+class Settings:
+    """A stand-in for a config module."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+class Refusing:
+    """A config module that refuses a name it does not know, as torch's do."""
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{name} does not exist")
+
+
+def test_setting_is_restored_even_when_the_run_fails():
+    owner = Settings(compile_threads=8)
+    with pytest.raises(RuntimeError, match="boom"):
+        with bench.setting(owner, "compile_threads", 1) as note:
+            assert owner.compile_threads == 1 and note["applied"]
+            raise RuntimeError("boom")
+    assert owner.compile_threads == 8
+
+
+@pytest.mark.parametrize("owner", [Settings(), Refusing(), None], ids=["missing", "refused", "no module"])
+def test_a_setting_this_torch_lacks_is_recorded_not_fatal(owner):
+    with bench.setting(owner, "compile_threads", 1) as note:
+        pass
+    assert note["applied"] is False and "AttributeError" in note["why"]
+    assert not hasattr(owner, "compile_threads") or owner is None
+
+
+def test_run_without_the_inductor_setting(tmp_path, monkeypatch):
+    """On a torch whose torch.compile has no such setting, the benchmark still runs, and
+    its results say the setting was not applied."""
+    monkeypatch.setattr(bench, "inductor_config", lambda: None)
+    bench.main(["--device", "cpu", "--only", "CPU: LLTM", "--rounds", "1", "--out", str(tmp_path)])
+    (note,) = json.loads((tmp_path / "results.json").read_text())["meta"]["settings"]
+    assert note["applied"] is False
 
 
 def test_one_case_run_writes_results(tmp_path):
@@ -46,6 +86,9 @@ def test_one_case_run_writes_results(tmp_path):
     assert all(t > 0 for t in result["medians"].values())
     assert all(len(t) == 2 for t in result["times"].values())  # every round of every variant
     assert [t["target"] for t in data["targets"]] == ["CPU LLTM fwd+bwd (16,32,128) / eager"]
+    (note,) = data["meta"]["settings"]
+    assert note["setting"].endswith("config.compile_threads") and note["wanted"] == 1
+    assert note["applied"] is hasattr(bench.inductor_config(), "compile_threads")
     assert "| CPU: LLTM forward+backward" in (tmp_path / "results.md").read_text()
 
 

@@ -1,6 +1,5 @@
 """`python -m pyroundlib`: the report and self-test, and its exit status; and that the
 README's C ABI reference stays in step with the header."""
-import os
 import re
 import subprocess
 import sys
@@ -8,12 +7,14 @@ from pathlib import Path
 
 from pyroundlib.__main__ import _arch_covered
 
+from conftest import PACKAGE_PARENT, subprocess_env
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(**env):
-    return subprocess.run([sys.executable, "-m", "pyroundlib"], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, **env), timeout=300)
+    return subprocess.run([sys.executable, "-m", "pyroundlib"], capture_output=True, text=True, cwd=PACKAGE_PARENT,
+                          env=subprocess_env(**env), timeout=300)
 
 
 def test_self_test_passes():

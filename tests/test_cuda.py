@@ -148,7 +148,7 @@ def test_lltm_64_bit_indexing():
     eh, ec = torch.ops.pyroundlib.lltm_forward(gates[tail].clone(), old_cell[tail].clone())
     assert torch.equal(h[tail], eh) and torch.equal(c[tail], ec)
     del h, c
-    dg, dc = torch.ops.pyroundlib.lltm_backward(None, old_cell, gates, old_cell)
-    edg, edc = torch.ops.pyroundlib.lltm_backward(None, old_cell[tail].clone(), gates[tail].clone(),
+    dg, dc, _ = torch.ops.pyroundlib.lltm_backward(None, old_cell, gates, old_cell)
+    edg, edc, _ = torch.ops.pyroundlib.lltm_backward(None, old_cell[tail].clone(), gates[tail].clone(),
                                                   old_cell[tail].clone())
     assert torch.equal(dg[tail], edg) and torch.equal(dc[tail], edc)

@@ -1,6 +1,5 @@
 """Several GPUs: a 2-process DistributedDataParallel (NCCL) training run with LLTM and
 RoundSTE ends with the same parameters as one process on the concatenated batches."""
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,15 +7,13 @@ from pathlib import Path
 import torch
 
 import distributed_step
-from conftest import requires_two_gpus
+from conftest import requires_two_gpus, subprocess_env
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve().parent / "distributed_step.py"
 
 
 def run(args, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
-               NVSHMEM_DISABLE_NVLS="1")
+    env = subprocess_env(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     proc = subprocess.run([sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

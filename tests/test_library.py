@@ -11,6 +11,8 @@ import torch
 import pyroundlib
 from pyroundlib import _ffi
 
+from conftest import PACKAGE_PARENT, subprocess_env
+
 ROOT = Path(__file__).resolve().parent.parent
 LIB = Path(pyroundlib.library_info()["path"])
 
@@ -35,7 +37,7 @@ def test_missing_library_names_the_path(monkeypatch, tmp_path):
 
 
 def test_missing_library_in_a_fresh_process(tmp_path):
-    env = dict(os.environ, PYROUNDLIB_LIBRARY=str(tmp_path / "missing.so"))
+    env = subprocess_env(PYROUNDLIB_LIBRARY=str(tmp_path / "missing.so"))
     code = "import torch, pyroundlib; pyroundlib.round_ste(torch.ones(2))"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode != 0
@@ -94,8 +96,8 @@ def test_cpu_only_library_with_cuda_tensors(cpu_only_library):
     code = ("import torch, pyroundlib\n"
             "try:\n    pyroundlib.round_ste(torch.ones(3, device='cuda'))\n"
             "except pyroundlib.CudaNotCompiledError as e:\n    print('CLEAN:', e)\n")
-    env = dict(os.environ, PYROUNDLIB_LIBRARY=str(cpu_only_library))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    env = subprocess_env(PYROUNDLIB_LIBRARY=str(cpu_only_library))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=PACKAGE_PARENT)
     assert proc.returncode == 0, proc.stderr
     assert "CLEAN: PRL_ERROR_CUDA_NOT_COMPILED" in proc.stdout and "without CUDA" in proc.stdout
 

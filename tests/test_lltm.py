@@ -134,7 +134,7 @@ def test_every_element_written(device, dtype):
     _common.Kernel("lltm_backward")(gates, grad_h.data_ptr(), grad_cell.data_ptr(), gates.data_ptr(),
                    old_cell.data_ptr(), d_gates.data_ptr(), d_cell.data_ptr(), None, batch, state, code)
     eh, ec = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
-    eg, edc = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+    eg, edc, _ = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
     for got, want in ((new_h, eh), (new_cell, ec), (d_gates, eg), (d_cell, edc)):
         assert not torch.isnan(got).any()
         assert torch.equal(got, want)
@@ -193,11 +193,11 @@ def test_pointwise_ops_against_reference(device, dtype):
     gh, gc = torch.randn_like(rh), torch.randn_like(rc)
     rdg, rdc = torch.autograd.grad((rh, rc), (g64, c64), (gh, gc))
     h, c = torch.ops.pyroundlib.lltm_forward(gates.to(dtype), old_cell.to(dtype))
-    dg, dc = torch.ops.pyroundlib.lltm_backward(gh.to(dtype), gc.to(dtype), gates.to(dtype), old_cell.to(dtype))
+    dg, dc, db = torch.ops.pyroundlib.lltm_backward(gh.to(dtype), gc.to(dtype), gates.to(dtype), old_cell.to(dtype))
     tol = dict(TOLERANCES[dtype])
     if dtype in (torch.float16, torch.bfloat16):  # inputs rounded to 16 bits before the math
         tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.float16 else dict(rtol=8e-2, atol=8e-2)
-    for got, want in ((h, rh), (c, rc), (dg, rdg), (dc, rdc)):
+    for got, want in ((h, rh), (c, rc), (dg, rdg), (dc, rdc), (db, rdg.sum(0))):
         torch.testing.assert_close(got.double(), want.detach(), **tol)
 
 

@@ -1,0 +1,174 @@
+"""The ops' autograd Functions and their entry points: one route (the custom ops) in every
+mode, eager included, and only public torch API in the package."""
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+import pyroundlib
+from pyroundlib import lltm, round as round_module
+from pyroundlib.reference import lltm_cell_reference, round_ste_reference
+
+from conftest import make_args
+
+PACKAGE = Path(pyroundlib.__file__).resolve().parent
+
+
+def lltm_args(device, requires_grad=True):
+    return make_args(3, 5, 4, torch.float64, device, requires_grad=requires_grad)
+
+
+def private_torch_names(source: str) -> list[str]:
+    """Dotted names reached through ``torch`` with a part that starts with "_" (``torch._C``,
+    ``torch.cuda._sleep``, ...), and ``from torch._x import ...`` statements."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            parts, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                parts.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id == "torch":
+                dotted = ".".join(["torch", *reversed(parts)])
+                if any(p.startswith("_") and not p.startswith("__") for p in reversed(parts)):
+                    found.append(dotted)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            found += [n for n in names if n.startswith("torch.") and "._" in n]
+    return found
+
+
+def test_private_name_finder_finds_them():
+    source = ("import torch\nimport torch._dynamo\nfrom torch._C import _functorch\n"
+              "s = torch._C._cuda_getCurrentRawStream(0)\nt = torch.cuda.current_stream(0).cuda_stream\n")
+    assert private_torch_names(source) == ["torch._dynamo", "torch._C", "torch._C._cuda_getCurrentRawStream"] \
+        or set(private_torch_names(source)) >= {"torch._dynamo", "torch._C", "torch._C._cuda_getCurrentRawStream"}
+    assert "torch.cuda.current_stream" not in private_torch_names(source)
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in PACKAGE.glob("*.py")))
+def test_package_uses_only_public_torch_api(module):
+    """The library's promise is every supported torch: no torch._* name, whose meaning a
+    release may change without notice, in any module of the package."""
+    assert private_torch_names((PACKAGE / module).read_text()) == []
+
+
+def test_eager_calls_match_plain_pytorch(device):
+    x = (torch.randn(64, dtype=torch.float64, device=device) * 4).requires_grad_()
+    y = pyroundlib.round_ste(x)
+    assert type(y.grad_fn).__name__ == "RoundSTEFunctionBackward"
+    assert torch.equal(y, torch.round(x.detach()))
+    g = torch.randn_like(y)
+    assert torch.equal(torch.autograd.grad(y, x, g)[0], g)
+
+    args = lltm_args(device)
+    h, c = pyroundlib.lltm_cell(*args)
+    assert type(h.grad_fn).__name__ == "LLTMFunctionBackward"
+    ref_args = [a.detach().clone().requires_grad_() for a in args]
+    rh, rc = lltm_cell_reference(*ref_args)
+    torch.testing.assert_close((h, c), (rh, rc))
+    gh, gc = torch.randn_like(h), torch.randn_like(c)
+    torch.testing.assert_close(torch.autograd.grad((h, c), args, (gh, gc)),
+                               torch.autograd.grad((rh, rc), ref_args, (gh, gc)))
+
+
+@pytest.mark.parametrize("needs", ["input", "weights", "bias", "old_h", "old_cell"])
+def test_only_the_gradients_asked_for(needs):
+    """The backward computes what autograd asks for; the others stay None."""
+    names = ["input", "weights", "bias", "old_h", "old_cell"]
+    args = lltm_args("cpu", requires_grad=False)
+    args[names.index(needs)].requires_grad_()
+    ref_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    h, c = pyroundlib.lltm_cell(*args)
+    rh, rc = lltm_cell_reference(*ref_args)
+    (got,) = torch.autograd.grad(h.sum() + 3 * c.sum(), args[names.index(needs)])
+    (want,) = torch.autograd.grad(rh.sum() + 3 * rc.sum(), ref_args[names.index(needs)])
+    torch.testing.assert_close(got, want)
+
+
+def test_no_grad_calls_build_no_node(device):
+    x = torch.randn(8, device=device, requires_grad=True)
+    with torch.no_grad():
+        assert pyroundlib.round_ste(x).grad_fn is None
+        assert pyroundlib.lltm_cell(*lltm_args(device))[0].grad_fn is None
+
+
+def test_functorch_transforms_get_torchs_own_error():
+    """The Functions are written in the classic forward(ctx, ...) form, which torch.func's
+    transforms refuse with their own message."""
+    x = torch.randn(8, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda t: pyroundlib.round_ste(t).sum())(x)
+    args = lltm_args("cpu", requires_grad=False)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda t: pyroundlib.lltm_cell(t, *args[1:])[0].sum())(args[0])
+
+
+def test_leaked_functorch_wrappers_are_unwrapped():
+    """A tensor that escaped a torch.func transform is a dead wrapper; the ops still work on it."""
+    leaked = []
+
+    def keep(t):
+        leaked.append(t)
+        return (t * t).sum()
+
+    x = torch.randn(16, dtype=torch.float64) * 4
+    torch.func.grad(keep)(x)
+    assert torch.equal(pyroundlib.round_ste(leaked[0]), round_ste_reference(x))
+
+    args = lltm_args("cpu")
+    leaked.clear()
+    torch.func.grad(keep)(args[0].detach())
+    h, c = pyroundlib.lltm_cell(leaked[0], *args[1:])
+    torch.testing.assert_close((h, c), lltm_cell_reference(args[0].detach(), *args[1:]))
+
+
+def test_parameters(device):
+    x = torch.nn.Parameter(torch.randn(32, dtype=torch.float64, device=device) * 4)
+    assert torch.equal(pyroundlib.round_ste(x), torch.round(x.detach()))
+    cell = pyroundlib.LLTM(5, 4, device=device, dtype=torch.float64)  # weights and bias are Parameters
+    inp = torch.randn(3, 5, dtype=torch.float64, device=device)
+    h, c = cell(inp)
+    zeros = torch.zeros(3, 4, dtype=torch.float64, device=device)
+    torch.testing.assert_close((h, c), lltm_cell_reference(inp, cell.weights, cell.bias, zeros, zeros))
+    grads = torch.autograd.grad(h.sum() + c.sum(), list(cell.parameters()))
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass."""
+
+
+def test_tensor_subclasses():
+    x = (torch.randn(16, dtype=torch.float64) * 4).requires_grad_()
+    y = pyroundlib.round_ste(x.as_subclass(Tagged))
+    assert torch.equal(y, torch.round(x.detach()))
+    g = torch.randn_like(x)
+    assert torch.equal(torch.autograd.grad(y, x, g)[0], g)
+
+    args = lltm_args("cpu")
+    h, c = pyroundlib.lltm_cell(args[0].as_subclass(Tagged), *args[1:])
+    torch.testing.assert_close((h, c), lltm_cell_reference(*args))
+
+
+def test_functions_applied_directly_check_through_the_ops():
+    """Outside round_ste / lltm_cell the Functions' forwards run the custom ops, which check."""
+    with pytest.raises(TypeError, match="x must have dtype"):
+        round_module.RoundSTEFunction.apply(torch.arange(4))
+    args = lltm_args("cpu")
+    args[4] = torch.randn(3, 5, dtype=torch.float64)  # old_cell [3, 5]; the gates are [3, 12]
+    with pytest.raises(ValueError, match="gates must have shape"):
+        lltm.LLTMFunction.apply(*args)
+
+
+def test_meta_tensors_run_the_fake_implementations():
+    x = torch.randn(2, 3, device="meta", requires_grad=True)
+    y = pyroundlib.round_ste(x)
+    assert y.device.type == "meta" and y.shape == x.shape
+    assert torch.autograd.grad(y.sum(), x)[0].shape == x.shape
+    args = make_args(3, 5, 4, torch.float32, "meta", requires_grad=True)
+    h, c = pyroundlib.lltm_cell(*args)
+    assert h.device.type == "meta" and h.shape == c.shape == (3, 4)
+    grads = torch.autograd.grad(h.sum() + c.sum(), args)
+    assert [g.shape for g in grads] == [a.shape for a in args]
