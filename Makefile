@@ -74,8 +74,9 @@ wheel:
 # from the wheel), not this source tree: run from another folder, with no source folder on
 # sys.path and no PYROUNDLIB_LIBRARY; test_library.py checks which pyroundlib it got.
 test-installed:
-	cd "$$(mktemp -d)" && env -u PYROUNDLIB_LIBRARY PYROUNDLIB_EXPECT_INSTALLED=1 \
-	  $(abspath $(PYTHON)) -m pytest $(MATRIX_PYTEST_ARGS) -o pythonpath= --rootdir "$(CURDIR)" "$(CURDIR)/tests"
+	py="$$($(PYTHON) -c 'import sys; print(sys.executable)')" && cd "$$(mktemp -d)" && \
+	  env -u PYROUNDLIB_LIBRARY PYROUNDLIB_EXPECT_INSTALLED=1 \
+	  "$$py" -m pytest $(MATRIX_PYTEST_ARGS) -o pythonpath= --rootdir "$(CURDIR)" "$(CURDIR)/tests"
 
 # test-wheel: the one wheel file (make wheel) installed into a virtual environment of each
 # Python of PYTHON_VERSIONS (pyenv's, else pythonX.Y on PATH) with torch==WHEEL_TORCH, and

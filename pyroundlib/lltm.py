@@ -4,19 +4,18 @@ The matrix product stays in PyTorch (``gates = X @ W^T + b`` with ``X = [old_h, 
 the pointwise forward and backward run in native kernels registered as the custom ops
 ``pyroundlib::lltm_forward`` and ``pyroundlib::lltm_backward``.  The backward kernel
 recomputes the activations from ``gates`` and ``old_cell``, so the forward saves only
-``X``, ``weights``, ``gates`` and ``old_cell``.  Every call goes through the custom ops,
-in eager mode too: one path, traced and run alike.
-
-No ``from __future__ import annotations`` here: torch.library reads the custom ops'
-annotations as types, and torch 2.4 cannot read them as strings.
+``X``, ``weights``, ``gates`` and ``old_cell``.  Every call goes through the ops, in
+eager mode too: one path, traced and run alike.
 """
+from __future__ import annotations
+
 import math
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, check_like, check_shape, check_tensor, ptr
+from ._common import DTYPE_CODES, LIBRARY, Kernel, check_like, check_shape, check_tensor, define_op, ptr
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -63,22 +62,19 @@ def _lltm_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates:
     return d_gates, d_old_cell, d_bias
 
 
-@torch.library.custom_op("pyroundlib::lltm_forward", mutates_args=())
-def lltm_forward_op(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
+def _lltm_forward_op(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """Pointwise LLTM forward: (gates [B, 3S], old_cell [B, S]) -> (new_h, new_cell), each [B, S]."""
     _check_pointwise(gates, old_cell)
     return _lltm_forward(gates, old_cell)
 
 
-@lltm_forward_op.register_fake
 def _lltm_forward_fake(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.empty_like(old_cell, memory_format=torch.contiguous_format), \
         torch.empty_like(old_cell, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("pyroundlib::lltm_backward", mutates_args=())
-def lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
-                     old_cell: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+def _lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
+                      old_cell: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """Pointwise LLTM backward: -> (d_gates [B, 3S], d_old_cell [B, S], d_bias [3S]), where
     d_bias = d_gates.sum(0) is the bias gradient.  A None gradient is zero."""
     batch, state = _check_pointwise(gates, old_cell)
@@ -93,11 +89,15 @@ def lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gate
     return d_gates, d_old_cell, d_bias
 
 
-@lltm_backward_op.register_fake
 def _lltm_backward_fake(grad_h, grad_cell, gates, old_cell):
     return torch.empty_like(gates, memory_format=torch.contiguous_format), \
         torch.empty_like(old_cell, memory_format=torch.contiguous_format), \
         gates.new_empty(gates.shape[1])
+
+
+define_op("lltm_forward(Tensor gates, Tensor old_cell) -> (Tensor, Tensor)", _lltm_forward_op, _lltm_forward_fake)
+define_op("lltm_backward(Tensor? grad_h, Tensor? grad_cell, Tensor gates, Tensor old_cell) -> (Tensor, Tensor, Tensor)",
+          _lltm_backward_op, _lltm_backward_fake)
 
 
 def _lltm_forward_setup(ctx, inputs, output) -> None:
@@ -112,7 +112,8 @@ def _lltm_forward_backward(ctx, grad_h, grad_cell):
 
 # The pointwise op is differentiable on its own too (in gates and old_cell); the
 # backward op is not (no double backward).
-lltm_forward_op.register_autograd(_lltm_forward_backward, setup_context=_lltm_forward_setup)
+torch.library.register_autograd("pyroundlib::lltm_forward", _lltm_forward_backward,
+                                setup_context=_lltm_forward_setup, lib=LIBRARY)
 
 
 class LLTMFunction(torch.autograd.Function):
@@ -167,6 +168,24 @@ def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
     check_shape("bias", bias, (3 * state,), f"[3*state_size] {sizes}")
 
 
+def _lltm_args_ok(input, weights, bias, old_h, old_cell) -> bool:
+    """The common case (CPU or CUDA tensors of one supported dtype and device, consistent
+    shapes) in one expression, a few us cheaper than _check_lltm_args, which runs when
+    this is False, to name what is wrong (or to admit meta tensors)."""
+    try:
+        dtype, device = input.dtype, input.device
+        batch, features = input.shape
+        _, state = old_h.shape
+        return (dtype in DTYPE_CODES and device.type in ("cpu", "cuda")
+                and weights.dtype == dtype and bias.dtype == dtype and old_h.dtype == dtype and old_cell.dtype == dtype
+                and weights.shape == (3 * state, state + features) and bias.shape == (3 * state,)
+                and old_h.shape == (batch, state) and old_cell.shape == (batch, state)
+                and weights.device == device and bias.device == device and old_h.device == device
+                and old_cell.device == device)
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
 def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
               old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """One LLTM step.
@@ -175,7 +194,8 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     one floating dtype (float32/float64/float16/bfloat16) on one device (CPU or CUDA).
     Returns (new_h, new_cell), each [B, S].  Differentiable in every input.
     """
-    _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
+    if not _lltm_args_ok(input, weights, bias, old_h, old_cell):
+        _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
     if torch.is_grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
                                     or old_h.requires_grad or old_cell.requires_grad):
         return LLTMFunction.apply(input, weights, bias, old_h, old_cell)

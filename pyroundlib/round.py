@@ -3,18 +3,17 @@
 Forward: round half to even, bit-for-bit ``torch.round``, in a native kernel.
 Backward: the identity (the incoming gradient is returned as is, no kernel runs).
 
-Layers: ``pyroundlib::round`` is a torch.library custom op (native kernel + fake
-implementation, so torch.compile traces it); ``RoundSTEFunction`` gives it the
-straight-through gradient; ``round_ste`` checks arguments; ``RoundSTE`` is the module.
-Every call goes through the custom op, in eager mode too: one path, traced and run alike.
-
-No ``from __future__ import annotations`` here: torch.library reads the custom op's
-annotations as types, and torch 2.4 cannot read them as strings.
+Layers: ``pyroundlib::round`` is a torch op (native kernel + fake implementation, so
+torch.compile traces it); ``RoundSTEFunction`` gives it the straight-through gradient;
+``round_ste`` checks arguments; ``RoundSTE`` is the module.  Every call goes through the
+op, in eager mode too: one path, traced and run alike.
 """
+from __future__ import annotations
+
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, check_tensor
+from ._common import DTYPE_CODES, LIBRARY, Kernel, check_tensor, define_op
 
 _round_kernel = Kernel("round")
 
@@ -27,14 +26,12 @@ def _round(x: Tensor, code: int) -> Tensor:
     return y
 
 
-@torch.library.custom_op("pyroundlib::round", mutates_args=())
-def round_op(x: Tensor) -> Tensor:
+def _round_op(x: Tensor) -> Tensor:
     """Round half to even: the native kernel behind ``round_ste``, as a torch op."""
     check_tensor("x", x)
     return _round(x, DTYPE_CODES[x.dtype])
 
 
-@round_op.register_fake
 def _round_fake(x: Tensor) -> Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -45,7 +42,8 @@ def _round_backward(ctx, grad: Tensor) -> Tensor:
     return torch.zeros_like(grad)
 
 
-round_op.register_autograd(_round_backward)
+define_op("round(Tensor x) -> Tensor", _round_op, _round_fake)
+torch.library.register_autograd("pyroundlib::round", _round_backward, lib=LIBRARY)
 
 
 class RoundSTEFunction(torch.autograd.Function):
