@@ -1,6 +1,8 @@
 """What both ops share: dtype codes, argument checks, and the launch on the tensor's device."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import _ffi
@@ -28,9 +30,31 @@ def define_op(schema: str, kernel, fake) -> str:
     return f"pyroundlib::{name}"
 
 
-def current_stream_handle(index: int) -> int:
-    """The raw ``cudaStream_t`` of device ``index``'s current stream (public API only)."""
+def public_stream_handle(index: int) -> int:
+    """The raw ``cudaStream_t`` of device ``index``'s current stream, through the public API
+    (it builds a ``torch.cuda.Stream`` object first: ~5 us a call, several times that on a
+    busy host)."""
     return torch.cuda.current_stream(index).cuda_stream
+
+
+PUBLIC_ONLY_VAR = "PYROUNDLIB_PUBLIC_TORCH_ONLY"
+
+
+def pick_stream_query():
+    """The one private torch name pyroundlib uses, behind a feature test: torch's C++ query of
+    the raw current stream, ``torch._C._cuda_getCurrentRawStream(index)`` (~0.1 us; present in
+    every torch from 2.4 to 2.14), when this torch has it; otherwise, or with
+    PYROUNDLIB_PUBLIC_TORCH_ONLY=1 in the environment, ``public_stream_handle``.  Kept
+    because every CUDA kernel call needs the handle, and the public route measured up to
+    a third of a small call's host time on the H100 machine (benchmarks/NOTES.md).  Tests
+    check both routes give the same handle, and run the suite with the public one forced."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None or os.environ.get(PUBLIC_ONLY_VAR, "") not in ("", "0"):
+        return public_stream_handle
+    return raw
+
+
+current_stream_handle = pick_stream_query()
 
 
 def check_tensor(name: str, value) -> None:
@@ -86,7 +110,7 @@ class Kernel:
             self._bind()
         if t.is_cuda:
             index = t.get_device()
-            status = self._cuda(*args, index, current_stream_handle(index))
+            status = self._cuda(*args, index, current_stream_handle(index))  # see pick_stream_query
         elif t.is_cpu:
             status = self._cpu(*args)
         else:
