@@ -78,22 +78,23 @@ test-installed:
 	  env -u PYROUNDLIB_LIBRARY PYROUNDLIB_EXPECT_INSTALLED=1 \
 	  "$$py" -m pytest $(MATRIX_PYTEST_ARGS) -o pythonpath= --rootdir "$(CURDIR)" "$(CURDIR)/tests"
 
-# test-wheel: the one wheel file (make wheel) installed into a virtual environment of each
-# Python of PYTHON_VERSIONS (pyenv's, else pythonX.Y on PATH) with torch==WHEEL_TORCH, and
-# the suite run against it there.
-PYTHON_VERSIONS ?= 3.12 3.13
-WHEEL_TORCH     ?= 2.14.1
+# test-wheel: the one wheel file (make wheel) installed into a virtual environment for each
+# PYTHON:TORCH pair of WHEEL_MATRIX (the Python from pyenv, else pythonX.Y on PATH), and the
+# suite run against it there.  The default pairs the oldest supported Python and torch,
+# and the newest Pythons with the newest torch.
+WHEEL_MATRIX ?= 3.9:2.4.1 3.12:2.14.1 3.13:2.14.1
 test-wheel: wheel
-	@failed=""; wheel=$$(ls dist/pyroundlib-*.whl); for v in $(PYTHON_VERSIONS); do \
+	@failed=""; wheel=$$(ls dist/pyroundlib-*.whl); for pair in $(WHEEL_MATRIX); do \
+	  v=$${pair%%:*}; t=$${pair##*:}; \
 	  py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | tail -n 1); \
-	  py=$${py:-python$$v}; env="$(MATRIX_DIR)/py$$v-torch-$(WHEEL_TORCH)"; \
-	  echo "== $$wheel on Python $$v ($$py), torch $(WHEEL_TORCH)"; \
-	  $(call venv,$$env,$$py,$(WHEEL_TORCH)) || { failed="$$failed $$v(install)"; continue; }; \
+	  py=$${py:-python$$v}; env="$(MATRIX_DIR)/py$$v-torch-$$t"; \
+	  echo "== $$wheel on Python $$v ($$py), torch $$t"; \
+	  $(call venv,$$env,$$py,$$t) || { failed="$$failed $$pair(install)"; continue; }; \
 	  "$$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$$wheel" \
-	    && $(MAKE) --no-print-directory test-installed PYTHON="$$env/bin/python" || failed="$$failed $$v"; \
+	    && $(MAKE) --no-print-directory test-installed PYTHON="$$env/bin/python" || failed="$$failed $$pair"; \
 	done; \
-	if [ -n "$$failed" ]; then echo "test-wheel: FAILED for Python$$failed"; exit 1; fi; \
-	echo "test-wheel: passed for Python $(PYTHON_VERSIONS)"
+	if [ -n "$$failed" ]; then echo "test-wheel: FAILED for Python:torch$$failed"; exit 1; fi; \
+	echo "test-wheel: passed for Python:torch $(WHEEL_MATRIX)"
 
 # The benchmark (benchmarks/bench.py): on the GPU when there is one, else the CPU.
 BENCH_ARGS ?=

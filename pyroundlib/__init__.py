@@ -10,6 +10,10 @@ The native library (libpyroundlib) is loaded on first use; see ``library_info()`
 from __future__ import annotations
 
 __version__ = "0.2.0"
+# The torch versions this release supports: pyproject.toml's dependency, README's
+# Compatibility section and `python -m pyroundlib` all state this range.
+SUPPORTED_TORCH = ">=2.4"
+MIN_TORCH = (2, 4)
 
 from ._ffi import ABI_VERSION, library_info
 from .errors import (CudaError, CudaNotCompiledError, InternalError, InvalidArgumentError, LibraryLoadError,
@@ -18,7 +22,7 @@ from .lltm import LLTM, LLTMFunction, lltm_cell
 from .round import RoundSTE, RoundSTEFunction, round_ste
 
 __all__ = [
-    "__version__", "ABI_VERSION", "library_info",
+    "__version__", "SUPPORTED_TORCH", "ABI_VERSION", "library_info",
     "round_ste", "RoundSTE", "RoundSTEFunction",
     "lltm_cell", "LLTM", "LLTMFunction",
     "PyRoundLibError", "InvalidArgumentError", "UnsupportedDtypeError", "CudaError", "CudaNotCompiledError",

@@ -19,6 +19,12 @@ REBUILD_HINT = ("rebuild the library on a machine with nvcc on PATH: `pip instal
                 "pyroundlib source tree")
 
 
+def torch_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as "2.11.0+cu130" or "2.4.0a0"."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
 def _arch_covered(capability: tuple[int, int], architectures: list[str]) -> bool:
     """Whether the library runs on a GPU of this compute capability: machine code for
     exactly it, or PTX for it or an older architecture, which the driver compiles."""
@@ -77,7 +83,11 @@ def main() -> int:
     archs = info["cuda_architectures"]
     print(f"library      {info['path']} (ABI {info['abi_version']})")
     print(f"CUDA         {'compiled in for ' + ', '.join(archs) if info['cuda'] else 'not compiled in (CPU-only build)'}")
-    print(f"torch        {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    print(f"torch        {torch.__version__} (CUDA {torch.version.cuda or 'none'}); supported: torch "
+          f"{pyroundlib.SUPPORTED_TORCH}")
+    if torch_version(torch.__version__) < pyroundlib.MIN_TORCH:
+        print(f"             not supported: pyroundlib needs torch {pyroundlib.SUPPORTED_TORCH}")
+        ok = False
 
     devices = [torch.device("cpu")]
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -5,7 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pyroundlib.__main__ import _arch_covered
+import torch
+
+import pyroundlib
+from pyroundlib.__main__ import _arch_covered, torch_version
 
 from conftest import PACKAGE_PARENT, subprocess_env
 
@@ -23,6 +26,23 @@ def test_self_test_passes():
     for line in ("pyroundlib ", "library ", "CUDA ", "torch ", "self-test", "cpu    ok    round_ste",
                  "cpu    ok    LLTM", "all good"):
         assert line in proc.stdout, proc.stdout
+
+
+def test_states_the_supported_range():
+    proc = run_cli()
+    assert f"supported: torch {pyroundlib.SUPPORTED_TORCH}" in proc.stdout, proc.stdout
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"torch{pyroundlib.SUPPORTED_TORCH}"' in pyproject  # the same range everywhere
+    readme = (ROOT / "README.md").read_text()
+    assert f"torch {pyroundlib.SUPPORTED_TORCH.lstrip('>=')} or newer" in readme
+    assert pyroundlib.MIN_TORCH == torch_version(pyroundlib.SUPPORTED_TORCH.lstrip(">="))
+    assert torch_version(torch.__version__) >= pyroundlib.MIN_TORCH  # the suite runs in range
+
+
+def test_torch_version_parsing():
+    assert torch_version("2.11.0+cu130") == (2, 11)
+    assert torch_version("2.4.1") == (2, 4) < (2, 13) == torch_version("2.13.0")
+    assert torch_version("2.6.0a0+git1234") == (2, 6)
 
 
 def test_missing_library_fails_with_a_hint(tmp_path):
