@@ -219,7 +219,7 @@ def run_case(case: Case, device: torch.device, rounds: int, round_seconds: float
     # A fresh order each round, so that every variant runs in every position and after
     # every other variant: a fixed cycle (A B C, B C A, ...) gives each variant the same
     # predecessor in every round, and at the small LLTM sizes the variant run right after
-    # eager measured 2-9% slower than the same function run elsewhere (NOTES, session 5).
+    # eager measured 2-9% slower than the same function run elsewhere (benchmarks/NOTES.md).
     shuffler = random.Random(ORDER_SEED)
     for _ in range(rounds):
         for n in shuffler.sample(names, len(names)):
@@ -383,7 +383,7 @@ def fmt_time(s):
 
 def allowed_cpus() -> list[int] | None:
     """The CPUs this process may run on (``taskset`` narrows them): host-bound timings
-    depend on it (NOTES, session 5)."""
+    depend on it (benchmarks/NOTES.md)."""
     try:
         return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
