@@ -18,13 +18,13 @@ MIN_TORCH = (2, 4)
 from ._ffi import ABI_VERSION, library_info
 from .errors import (CudaError, CudaNotCompiledError, InternalError, InvalidArgumentError, LibraryLoadError,
                      PyRoundLibError, UnsupportedDtypeError)
-from .lltm import LLTM, LLTMFunction, lltm_cell
+from .lltm import LLTM, LLTMPointwiseFunction, lltm_cell
 from .round import RoundSTE, RoundSTEFunction, round_ste
 
 __all__ = [
     "__version__", "SUPPORTED_TORCH", "ABI_VERSION", "library_info",
     "round_ste", "RoundSTE", "RoundSTEFunction",
-    "lltm_cell", "LLTM", "LLTMFunction",
+    "lltm_cell", "LLTM", "LLTMPointwiseFunction",
     "PyRoundLibError", "InvalidArgumentError", "UnsupportedDtypeError", "CudaError", "CudaNotCompiledError",
     "InternalError", "LibraryLoadError",
 ]

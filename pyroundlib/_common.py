@@ -19,15 +19,56 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 LIBRARY = torch.library.Library("pyroundlib", "DEF")
 
 
-def define_op(schema: str, kernel, fake) -> str:
-    """Define ``pyroundlib::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake``
-    for the rest; returns the op's qualified name."""
+def define_op(schema: str, kernel, fake, backward=None, setup_context=None) -> str:
+    """Define ``pyroundlib::<schema>`` with ``kernel`` for CPU and CUDA tensors, ``fake`` for
+    the rest and, when given, ``backward`` (+ ``setup_context``) as its autograd formula;
+    returns the op's qualified name.  The ops are what torch.compile, export, TorchScript
+    and opcheck see."""
     name = schema.split("(", 1)[0]
     LIBRARY.define(schema)
     for device in ("CPU", "CUDA"):
         LIBRARY.impl(name, kernel, device)
     torch.library.register_fake(f"pyroundlib::{name}", fake, lib=LIBRARY)
+    if backward is not None:
+        torch.library.register_autograd(f"pyroundlib::{name}", backward, setup_context=setup_context, lib=LIBRARY)
     return f"pyroundlib::{name}"
+
+
+def define_composite(schema: str, fn) -> str:
+    """Define ``pyroundlib::<schema>`` as a composite of other ops (``fn``, in Python):
+    autograd, meta tensors and tracing follow the ops it calls.  For TorchScript, which
+    can call registered ops but not Python functions."""
+    name = schema.split("(", 1)[0]
+    LIBRARY.define(schema)
+    LIBRARY.impl(name, fn, "CompositeImplicitAutograd")
+    return f"pyroundlib::{name}"
+
+
+def function_for(traced, eager):
+    """The autograd.Function to apply: ``eager``, which adds a forward-mode derivative
+    (``jvp``) to ``traced``, except while torch.compile traces (Dynamo refuses a Function
+    that defines ``jvp``, so compiled code gets the same Function without it)."""
+    return traced if torch.compiler.is_compiling() else eager
+
+
+# autocast casts these (not float64), as it does for the ops it runs in lower precision
+AUTOCAST_ELIGIBLE = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def autocast_cast(tensors: tuple) -> tuple:
+    """``tensors`` as autocast would hand them to an op on its lower-precision list (such
+    as ``lstm_cell`` on CUDA): when autocast is on for the first tensor's device type,
+    every float32/float16/bfloat16 tensor in the autocast dtype (a differentiable cast:
+    float32 parameters get float32 gradients); else unchanged."""
+    first = tensors[0]
+    if not isinstance(first, torch.Tensor):
+        return tensors
+    device_type = first.device.type
+    if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype in AUTOCAST_ELIGIBLE
+                 and t.device.type == device_type else t for t in tensors)
 
 
 def public_stream_handle(index: int) -> int:

@@ -1,21 +1,23 @@
 """The LLTM cell (PyTorch's C++/CUDA extension tutorial) with native pointwise steps.
 
-The matrix product stays in PyTorch (``gates = X @ W^T + b`` with ``X = [old_h, input]``);
-the pointwise forward and backward run in native kernels registered as the custom ops
-``pyroundlib::lltm_forward`` and ``pyroundlib::lltm_backward``.  The backward kernel
-recomputes the activations from ``gates`` and ``old_cell``, so the forward saves only
-``X``, ``weights``, ``gates`` and ``old_cell``.  Every call goes through the ops, in
-eager mode too: one path, traced and run alike.
+The matrix product stays in PyTorch (``gates = X @ W^T + b`` with ``X = [old_h, input]``,
+differentiated by autograd); the pointwise forward and backward run in native kernels
+registered as the ops ``pyroundlib::lltm_forward`` and ``pyroundlib::lltm_backward``.
+The backward kernel recomputes the activations from ``gates`` and ``old_cell``, so the
+pointwise step saves only its two inputs.  ``LLTMPointwiseFunction`` makes the pointwise
+step a torch.func-ready autograd Function; the backward runs as differentiable torch ops
+instead of the kernel whenever a graph of the gradient is being built (double backward).
+``pyroundlib::lltm_cell`` is the whole cell as a composite op, for TorchScript.
 """
-from __future__ import annotations
-
 import math
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import DTYPE_CODES, LIBRARY, Kernel, check_like, check_shape, check_tensor, define_op, ptr
+from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_composite,
+                      define_op, function_for, ptr)
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -95,58 +97,131 @@ def _lltm_backward_fake(grad_h, grad_cell, gates, old_cell):
         gates.new_empty(gates.shape[1])
 
 
-define_op("lltm_forward(Tensor gates, Tensor old_cell) -> (Tensor, Tensor)", _lltm_forward_op, _lltm_forward_fake)
-define_op("lltm_backward(Tensor? grad_h, Tensor? grad_cell, Tensor gates, Tensor old_cell) -> (Tensor, Tensor, Tensor)",
-          _lltm_backward_op, _lltm_backward_fake)
+def _activations(gates: Tensor, old_cell: Tensor):
+    """The cell's activations in torch ops (the kernels' math, native/src/lltm.h)."""
+    g_in, g_out, g_cand = gates.chunk(3, dim=1)
+    input_gate, output_gate, candidate = torch.sigmoid(g_in), torch.sigmoid(g_out), F.elu(g_cand)
+    tanh_cell = torch.tanh(old_cell + candidate * input_gate)
+    d_elu = torch.where(g_cand > 0, torch.ones_like(g_cand), torch.exp(g_cand))
+    return input_gate, output_gate, candidate, tanh_cell, d_elu
 
 
-def _lltm_forward_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs)
+def _backward_differentiable(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
+                             old_cell: Tensor) -> Tuple[Tensor, Tensor]:
+    """(d_gates, d_old_cell) as the backward kernel computes them, but in torch ops, so
+    that autograd can differentiate the gradient again (double backward, torch.func).
+    Used whenever a graph of the gradient is being built."""
+    i, o, cand, tanh_cell, d_elu = _activations(gates, old_cell)
+    grad_h = torch.zeros_like(old_cell) if grad_h is None else grad_h
+    d_cell = grad_h * o * (1 - tanh_cell * tanh_cell)
+    if grad_cell is not None:
+        d_cell = d_cell + grad_cell
+    d_gates = torch.cat([d_cell * cand * i * (1 - i), grad_h * tanh_cell * o * (1 - o), d_cell * i * d_elu], dim=1)
+    return d_gates, d_cell
 
 
-def _lltm_forward_backward(ctx, grad_h, grad_cell):
-    gates, old_cell = ctx.saved_tensors
+def _pointwise_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
+                        old_cell: Tensor) -> Tuple[Tensor, Tensor]:
+    """(d_gates, d_old_cell): the native kernel, or its differentiable twin when autograd
+    is recording (``create_graph=True``, torch.func)."""
+    if torch.is_grad_enabled():
+        return _backward_differentiable(grad_h, grad_cell, gates, old_cell)
     d_gates, d_old_cell, _ = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
     return d_gates, d_old_cell
 
 
-# The pointwise op is differentiable on its own too (in gates and old_cell); the
-# backward op is not (no double backward).
-torch.library.register_autograd("pyroundlib::lltm_forward", _lltm_forward_backward,
-                                setup_context=_lltm_forward_setup, lib=LIBRARY)
+def _pointwise_jvp(gates: Tensor, old_cell: Tensor, t_gates: Optional[Tensor],
+                   t_old_cell: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Forward-mode derivative: the tangents of (new_h, new_cell) for the tangents of
+    (gates, old_cell) (None: zero)."""
+    i, o, cand, tanh_cell, d_elu = _activations(gates, old_cell)
+    t_gates = torch.zeros_like(gates) if t_gates is None else t_gates
+    t_in, t_out, t_cand = t_gates.chunk(3, dim=1)
+    t_cell = cand * i * (1 - i) * t_in + d_elu * i * t_cand
+    if t_old_cell is not None:
+        t_cell = t_cell + t_old_cell
+    t_h = (1 - tanh_cell * tanh_cell) * o * t_cell + tanh_cell * o * (1 - o) * t_out
+    return t_h, t_cell
 
 
-class LLTMFunction(torch.autograd.Function):
-    """One LLTM step as an autograd Function: ``LLTMFunction.apply(input, weights, bias,
-    old_h, old_cell) -> (new_h, new_cell)``, shapes as for ``lltm_cell``, which checks
-    them all (applied directly, only the pointwise op's checks of ``gates`` and
-    ``old_cell`` run).  Saves X = [old_h, input], weights, gates and old_cell; the
-    backward's GEMMs run only for the inputs that need a gradient."""
+def _lltm_forward_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+    ctx.set_materialize_grads(False)  # an unused output's gradient reaches C as NULL, not zeros
+
+
+def _lltm_forward_backward(ctx, grad_h, grad_cell):
+    return _pointwise_backward(grad_h, grad_cell, *ctx.saved_tensors)
+
+
+# The pointwise op is differentiable on its own (in gates and old_cell, to any order);
+# the backward op is a kernel, not differentiated itself: _pointwise_backward calls it
+# only when no graph of the gradient is being built.
+define_op("lltm_forward(Tensor gates, Tensor old_cell) -> (Tensor, Tensor)", _lltm_forward_op, _lltm_forward_fake,
+          backward=_lltm_forward_backward, setup_context=_lltm_forward_setup)
+define_op("lltm_backward(Tensor? grad_h, Tensor? grad_cell, Tensor gates, Tensor old_cell) -> (Tensor, Tensor, Tensor)",
+          _lltm_backward_op, _lltm_backward_fake)
+
+
+def _batched_rows(info, in_dims, *tensors):
+    """vmap: each tensor with its batch dimension first (expanded where it had none), then
+    folded into the rows: [N, B, k] -> [N * B, k]."""
+    out = []
+    for t, dim in zip(tensors, in_dims):
+        t = t.movedim(dim, 0) if dim is not None else t.expand(info.batch_size, *t.shape)
+        out.append(t.reshape(-1, t.shape[-1]))
+    return out
+
+
+class _LLTMPointwiseNoJvp(torch.autograd.Function):
+    """LLTMPointwiseFunction without its forward-mode derivative: what torch.compile
+    traces (Dynamo refuses a Function that defines ``jvp``)."""
 
     @staticmethod
-    def forward(ctx, input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
-                old_cell: Tensor) -> Tuple[Tensor, Tensor]:
-        X = torch.cat([old_h, input], dim=1)
-        gates = torch.nn.functional.linear(X, weights, bias)  # addmm(bias, X, weights.t()) in one call
-        new_h, new_cell = torch.ops.pyroundlib.lltm_forward(gates, old_cell)
-        ctx.save_for_backward(X, weights, gates, old_cell)
-        ctx.set_materialize_grads(False)  # an unused output's gradient reaches C as NULL, not zeros
-        return new_h, new_cell
+    def forward(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
+        return torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        _lltm_forward_setup(ctx, inputs, output)
 
     @staticmethod
     def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
-        X, weights, gates, old_cell = ctx.saved_tensors
-        need_input, need_weights, need_bias, need_old_h = ctx.needs_input_grad[:4]
-        d_gates, d_old_cell, d_bias = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
-        d_input = d_weights = d_old_h = None
-        if need_weights:
-            d_weights = d_gates.t().mm(X)
-        if not need_bias:
-            d_bias = None
-        if need_input or need_old_h:
-            state = old_cell.shape[1]
-            d_old_h, d_input = d_gates.mm(weights).split_with_sizes([state, X.shape[1] - state], dim=1)
-        return d_input, d_weights, d_bias, d_old_h, d_old_cell
+        return _lltm_forward_backward(ctx, grad_h, grad_cell)
+
+    @staticmethod
+    def vmap(info, in_dims, gates, old_cell):
+        return _vmap_pointwise(_LLTMPointwiseNoJvp, info, in_dims, gates, old_cell)
+
+
+class LLTMPointwiseFunction(_LLTMPointwiseNoJvp):
+    """The cell's pointwise step as an autograd Function: ``apply(gates, old_cell) ->
+    (new_h, new_cell)``, gates [B, 3S] = X @ W^T + b, old_cell [B, S] (the op checks them).
+    ``lltm_cell`` computes ``gates`` in PyTorch and applies this: autograd differentiates
+    the GEMM, this Function the pointwise part (native kernels, or their differentiable
+    twins when a graph of the gradient is built).  Written the way torch.func needs:
+    ``setup_context``, a ``vmap`` rule (the batch folds into the rows) and ``jvp``.  Under
+    torch.compile, ``lltm_cell`` applies the same Function without ``jvp``."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        _lltm_forward_setup(ctx, inputs, output)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def jvp(ctx, t_gates: Optional[Tensor], t_old_cell: Optional[Tensor]):
+        gates, old_cell = ctx.saved_tensors
+        return _pointwise_jvp(gates, old_cell, t_gates, t_old_cell)
+
+    @staticmethod
+    def vmap(info, in_dims, gates, old_cell):
+        return _vmap_pointwise(LLTMPointwiseFunction, info, in_dims, gates, old_cell)
+
+
+def _vmap_pointwise(function, info, in_dims, gates, old_cell):
+    rows_gates, rows_cell = _batched_rows(info, in_dims, gates, old_cell)
+    new_h, new_cell = function.apply(rows_gates, rows_cell)
+    shape = (info.batch_size, -1, new_h.shape[-1])
+    return (new_h.reshape(shape), new_cell.reshape(shape)), (0, 0)
 
 
 def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
@@ -186,22 +261,39 @@ def _lltm_args_ok(input, weights, bias, old_h, old_cell) -> bool:
         return False
 
 
+def _lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor,
+               pointwise) -> Tuple[Tensor, Tensor]:
+    """The cell: the autocast cast, the checks, the GEMM in PyTorch, then ``pointwise``."""
+    input, weights, bias, old_h, old_cell = autocast_cast((input, weights, bias, old_h, old_cell))
+    if not _lltm_args_ok(input, weights, bias, old_h, old_cell):
+        _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
+    gates = F.linear(torch.cat([old_h, input], dim=1), weights, bias)  # addmm(bias, X, weights.t())
+    return pointwise(gates, old_cell)
+
+
+def _lltm_cell_op(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor):
+    return _lltm_cell(input, weights, bias, old_h, old_cell, torch.ops.pyroundlib.lltm_forward)
+
+
+define_composite("lltm_cell(Tensor input, Tensor weights, Tensor bias, Tensor old_h, Tensor old_cell) "
+                 "-> (Tensor, Tensor)", _lltm_cell_op)
+
+
 def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
               old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """One LLTM step.
 
     input [B, I], weights [3S, S+I], bias [3S], old_h [B, S], old_cell [B, S], all of
     one floating dtype (float32/float64/float16/bfloat16) on one device (CPU or CUDA).
-    Returns (new_h, new_cell), each [B, S].  Differentiable in every input.
+    Returns (new_h, new_cell), each [B, S].  Differentiable in every input, to any
+    order; works under torch.func (grad, vmap, jacrev, jvp, jacfwd), torch.compile,
+    export and TorchScript.  Under autocast the cell runs in the autocast dtype (as
+    ``nn.LSTMCell`` does on CUDA); float32 parameters get float32 gradients.
     """
-    if not _lltm_args_ok(input, weights, bias, old_h, old_cell):
-        _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
-    if torch.is_grad_enabled() and (input.requires_grad or weights.requires_grad or bias.requires_grad
-                                    or old_h.requires_grad or old_cell.requires_grad):
-        return LLTMFunction.apply(input, weights, bias, old_h, old_cell)
-    # inference: no autograd node, nothing saved
-    gates = torch.nn.functional.linear(torch.cat([old_h, input], dim=1), weights, bias)
-    return torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+    if torch.jit.is_tracing():
+        return torch.ops.pyroundlib.lltm_cell(input, weights, bias, old_h, old_cell)  # record the op
+    return _lltm_cell(input, weights, bias, old_h, old_cell,
+                      function_for(_LLTMPointwiseNoJvp, LLTMPointwiseFunction).apply)
 
 
 class LLTM(torch.nn.Module):
@@ -232,8 +324,9 @@ class LLTM(torch.nn.Module):
         if state is None:
             zeros = input.new_zeros(input.shape[0] if input.dim() == 2 else 0, self.state_size)
             state = (zeros, zeros)
-        old_h, old_cell = state
-        return lltm_cell(input, self.weights, self.bias, old_h, old_cell)
+        if torch.jit.is_scripting():
+            return torch.ops.pyroundlib.lltm_cell(input, self.weights, self.bias, state[0], state[1])
+        return lltm_cell(input, self.weights, self.bias, state[0], state[1])
 
     def extra_repr(self) -> str:
         return f"input_features={self.input_features}, state_size={self.state_size}"

@@ -1,81 +1,112 @@
 """round_ste: a differentiable round (straight-through estimator).
 
 Forward: round half to even, bit-for-bit ``torch.round``, in a native kernel.
-Backward: the identity (the incoming gradient is returned as is, no kernel runs).
+Backward: the identity (the incoming gradient is returned as is, no kernel runs); so is
+the forward-mode derivative, and the second derivative is zero.
 
-Layers: ``pyroundlib::round`` is a torch op (native kernel + fake implementation, so
-torch.compile traces it); ``RoundSTEFunction`` gives it the straight-through gradient;
-``round_ste`` checks arguments; ``RoundSTE`` is the module.  Every call goes through the
-op, in eager mode too: one path, traced and run alike.
+Layers:
+- ``pyroundlib::round`` is a torch op (native kernel + fake implementation, so
+  torch.compile and export trace it), differentiable as ``torch.round`` is (gradient zero).
+- ``RoundSTEFunction`` gives it the straight-through gradient; it is written for torch.func
+  (``setup_context``, a ``vmap`` rule, and in eager mode a ``jvp``).
+- ``pyroundlib::round_ste`` is the same kernel as an op whose registered gradient is the
+  straight-through one: what TorchScript (``torch.jit.script`` / ``trace``) calls.
+- ``round_ste`` checks its argument and picks the route; ``RoundSTE`` is the module.
 """
-from __future__ import annotations
-
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, LIBRARY, Kernel, check_tensor, define_op
+from ._common import DTYPE_CODES, Kernel, check_tensor, define_op, function_for
 
 _round_kernel = Kernel("round")
-
-
-def _round(x: Tensor, code: int) -> Tensor:
-    """The kernel on a checked x whose dtype has the code ``code``."""
-    x = x.contiguous()  # a copy, if one is made, lives until the kernel is enqueued on x's stream
-    y = torch.empty_like(x)
-    _round_kernel(x, x.data_ptr(), y.data_ptr(), x.numel(), code)
-    return y
 
 
 def _round_op(x: Tensor) -> Tensor:
     """Round half to even: the native kernel behind ``round_ste``, as a torch op."""
     check_tensor("x", x)
-    return _round(x, DTYPE_CODES[x.dtype])
+    x = x.contiguous()  # a copy, if one is made, lives until the kernel is enqueued on x's stream
+    y = torch.empty_like(x)
+    _round_kernel(x, x.data_ptr(), y.data_ptr(), x.numel(), DTYPE_CODES[x.dtype])
+    return y
 
 
 def _round_fake(x: Tensor) -> Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _round_backward(ctx, grad: Tensor) -> Tensor:
-    # The op alone is torch.round, whose derivative is zero almost everywhere;
-    # the straight-through gradient is RoundSTEFunction's choice, made below.
-    return torch.zeros_like(grad)
+def _zero_gradient(ctx, grad: Tensor) -> Tensor:
+    return torch.zeros_like(grad)  # torch.round's derivative: zero almost everywhere
 
 
-define_op("round(Tensor x) -> Tensor", _round_op, _round_fake)
-torch.library.register_autograd("pyroundlib::round", _round_backward, lib=LIBRARY)
+def _straight_through(ctx, grad: Tensor) -> Tensor:
+    return grad
 
 
-class RoundSTEFunction(torch.autograd.Function):
-    """``RoundSTEFunction.apply(x)``: round half to even in the forward pass (a new tensor
-    of x's shape and dtype), the identity in the backward (the incoming gradient itself).
-    x: float32/float64/float16/bfloat16 on CPU or CUDA (``round_ste`` checks this)."""
+define_op("round(Tensor x) -> Tensor", _round_op, _round_fake, backward=_zero_gradient)
+define_op("round_ste(Tensor x) -> Tensor", _round_op, _round_fake, backward=_straight_through)
+
+
+class _RoundSTENoJvp(torch.autograd.Function):
+    """RoundSTEFunction without its forward-mode derivative: what torch.compile traces
+    (Dynamo refuses a Function that defines ``jvp``)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        return torch.ops.pyroundlib.round(x)  # the op checks x
+    def forward(x: Tensor) -> Tensor:
+        return torch.ops.pyroundlib.round(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass  # the backward needs nothing
 
     @staticmethod
     def backward(ctx, grad_output: Tensor) -> Tensor:
         return grad_output
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return _RoundSTENoJvp.apply(x), in_dims[0]
+
+
+class RoundSTEFunction(_RoundSTENoJvp):
+    """``RoundSTEFunction.apply(x)``: round half to even in the forward pass (a new tensor
+    of x's shape and dtype), the identity in the backward (the incoming gradient itself)
+    and in forward mode.  x: float32/float64/float16/bfloat16 on CPU or CUDA (the op
+    checks it).
+
+    Written the way torch.func needs: ``forward`` without ``ctx`` plus ``setup_context``,
+    a ``vmap`` rule (rounding is elementwise: the batched tensor is rounded as a whole) and
+    ``jvp``.  Under torch.compile, ``round_ste`` applies the same Function without ``jvp``."""
+
+    @staticmethod
+    def jvp(ctx, x_tangent: Tensor) -> Tensor:
+        return x_tangent  # the straight-through derivative is the identity, forward mode too
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return RoundSTEFunction.apply(x), in_dims[0]
 
 
 def round_ste(x: Tensor) -> Tensor:
     """Round ``x`` half to even, with a straight-through (identity) gradient.
 
     x: any shape, float32/float64/float16/bfloat16, on CPU or CUDA. Returns a new
-    tensor of x's shape and dtype; x is not modified.
+    tensor of x's shape and dtype; x is not modified.  Works under autograd (double
+    backward too: the second derivative is zero), torch.func (grad, vmap, jacrev, jvp,
+    jacfwd), autocast (x keeps its dtype), torch.compile, export and TorchScript.
     """
+    if torch.jit.is_tracing():
+        return torch.ops.pyroundlib.round_ste(x)  # a PythonOp would not replay: record the op
     check_tensor("x", x)  # raises for bad input, naming x
-    if x.requires_grad and torch.is_grad_enabled():
-        return RoundSTEFunction.apply(x)
-    return torch.ops.pyroundlib.round(x)
+    return function_for(_RoundSTENoJvp, RoundSTEFunction).apply(x)
 
 
 class RoundSTE(torch.nn.Module):
     """``round_ste`` as a layer, e.g. a binarising bottleneck after ``torch.sigmoid``:
     ``nn.Sequential(nn.Linear(64, 16), nn.Sigmoid(), RoundSTE())`` gives 16 bits of 0./1.
-    Input: any shape, float32/float64/float16/bfloat16; output: same shape and dtype."""
+    Input: any shape, float32/float64/float16/bfloat16; output: same shape and dtype.
+    ``torch.jit.script`` compiles it to the op ``pyroundlib::round_ste``."""
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.jit.is_scripting():
+            return torch.ops.pyroundlib.round_ste(x)
         return round_ste(x)
