@@ -233,6 +233,8 @@ def test_opcheck_lltm_ops(device, dtype):
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (None, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, None, gates, old_cell))
+    args = make_args(3, 5, 4, dtype, device)
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_cell.default, args)
 
 
 def test_module_default_state_is_zeros(device):

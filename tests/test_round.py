@@ -114,7 +114,18 @@ def test_round_op_gradcheck_float64(device):
     assert torch.autograd.gradcheck(torch.ops.pyroundlib.round, (x,))
 
 
-def test_opcheck_round(device, dtype):
+@pytest.mark.parametrize("op", ["round", "round_ste"])
+def test_opcheck_round(device, dtype, op):
     x = torch.randn(4, 5, device=device, dtype=dtype)
-    torch.library.opcheck(torch.ops.pyroundlib.round.default, (x,))
-    torch.library.opcheck(torch.ops.pyroundlib.round.default, (x.t().requires_grad_(),))
+    torch.library.opcheck(getattr(torch.ops.pyroundlib, op).default, (x,))
+    torch.library.opcheck(getattr(torch.ops.pyroundlib, op).default, (x.t().requires_grad_(),))
+
+
+def test_round_ste_op_is_straight_through(device):
+    """The op TorchScript calls: round forward, identity gradient (second derivative zero)."""
+    x = (torch.randn(50, dtype=torch.float64, device=device) * 4).requires_grad_()
+    y = torch.ops.pyroundlib.round_ste(x)
+    assert torch.equal(y, torch.round(x.detach()))
+    g = torch.randn_like(x)
+    assert torch.equal(torch.autograd.grad(y, x, g)[0], g)
+    assert torch.autograd.gradgradcheck(torch.ops.pyroundlib.round_ste, (x,))
