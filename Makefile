@@ -34,14 +34,14 @@ test: build deps
 # cmake/mingw-w64-x86_64.cmake) into WIN_BUILD_DIR, then checked: pyroundlib.dll imports
 # system DLLs only and exports exactly the functions of pyroundlib.h, and the C ABI test
 # (prl_abi_test.exe) passes under Wine, in a throwaway Wine prefix, with no display.
-# Needs MinGW-w64 and Wine (Debian: apt-get install mingw-w64 wine64).
+# Needs MinGW-w64 and Wine (Debian: apt-get install mingw-w64 wine wine64).
 WIN_BUILD_DIR ?= build-windows
 WIN_OBJDUMP   ?= x86_64-w64-mingw32-objdump
 WINE          ?= wine
 WIN_SYSTEM_DLLS := kernel32|msvcrt|ucrtbase|api-ms-win-[a-z0-9-]*
 windows:
 	@for tool in x86_64-w64-mingw32-g++ $(WIN_OBJDUMP) $(WINE) wineserver; do command -v $$tool >/dev/null || \
-	  { echo "windows: $$tool not found; needs MinGW-w64 and Wine (Debian: apt-get install mingw-w64 wine64)"; exit 1; }; done
+	  { echo "windows: $$tool not found; needs MinGW-w64 and Wine (Debian: apt-get install mingw-w64 wine wine64)"; exit 1; }; done
 	cmake -S . -B $(WIN_BUILD_DIR) -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-x86_64.cmake -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	  -DPYROUNDLIB_WITH_CUDA=OFF
 	cmake --build $(WIN_BUILD_DIR) -j $(JOBS)
@@ -178,4 +178,4 @@ cuda-sanitize: build deps
 	done; exit $$status
 
 clean:
-	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) pyroundlib/$(LIB) dist
+	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) $(WIN_BUILD_DIR) pyroundlib/$(LIB) dist
