@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LIB        := libpyroundlib.so
 PYTEST_ARGS ?= -q
 
-.PHONY: all build deps demo test test-matrix wheel test-installed test-wheel bench sanitize fuzz cuda-sanitize clean
+.PHONY: all build deps demo test windows test-matrix wheel test-installed test-wheel bench sanitize fuzz cuda-sanitize clean
 
 all: build
 
@@ -29,6 +29,34 @@ demo: build deps
 test: build deps
 	cd $(BUILD_DIR) && ctest --output-on-failure
 	$(PYTHON) -m pytest $(PYTEST_ARGS) tests
+
+# windows: the CPU library cross-built for 64-bit Windows with MinGW-w64 (the toolchain file
+# cmake/mingw-w64-x86_64.cmake) into WIN_BUILD_DIR, then checked: pyroundlib.dll imports
+# system DLLs only and exports exactly the functions of pyroundlib.h, and the C ABI test
+# (prl_abi_test.exe) passes under Wine, in a throwaway Wine prefix, with no display.
+# Needs MinGW-w64 and Wine (Debian: apt-get install mingw-w64 wine wine64).
+WIN_BUILD_DIR ?= build-windows
+WIN_OBJDUMP   ?= x86_64-w64-mingw32-objdump
+WINE          ?= wine
+WIN_SYSTEM_DLLS := kernel32|msvcrt|ucrtbase|api-ms-win-[a-z0-9-]*
+windows:
+	@for tool in x86_64-w64-mingw32-g++ $(WIN_OBJDUMP) $(WINE) wineserver; do command -v $$tool >/dev/null || \
+	  { echo "windows: $$tool not found; needs MinGW-w64 and Wine (Debian: apt-get install mingw-w64 wine wine64)"; exit 1; }; done
+	cmake -S . -B $(WIN_BUILD_DIR) -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-x86_64.cmake -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DPYROUNDLIB_WITH_CUDA=OFF
+	cmake --build $(WIN_BUILD_DIR) -j $(JOBS)
+	@dump=$$($(WIN_OBJDUMP) -p $(WIN_BUILD_DIR)/pyroundlib.dll) || exit 1; \
+	  imports=$$(echo "$$dump" | sed -n 's/^[[:space:]]*DLL Name: //p'); echo "pyroundlib.dll imports:" $$imports; \
+	  other=$$(echo "$$imports" | grep -viE '^($(WIN_SYSTEM_DLLS))\.dll$$'); \
+	  [ -z "$$other" ] || { echo "windows: pyroundlib.dll needs DLLs that Windows does not have:" $$other; exit 1; }; \
+	  exports=$$(echo "$$dump" | sed -n '/Name Pointer\] Table/,/^$$/s/^[[:space:]]*\[ *[0-9]*\] //p' | sort); \
+	  api=$$(sed -n 's/^PRL_API .*[ *]\(prl_[a-z0-9_]*\)(.*/\1/p' native/include/pyroundlib.h | sort); \
+	  [ "$$exports" = "$$api" ] || { echo "windows: pyroundlib.dll exports" $$exports "but pyroundlib.h declares" $$api; exit 1; }; \
+	  echo "pyroundlib.dll exports the $$(echo "$$api" | wc -l) functions of pyroundlib.h"
+	export WINEPREFIX=$$(mktemp -d) WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml=" && unset DISPLAY && \
+	  trap 'wineserver -w; rm -rf "$$WINEPREFIX"' EXIT && \
+	  { $(WINE) wineboot --init > "$$WINEPREFIX/wineboot.log" 2>&1; wineserver -w; } && \
+	  $(WINE) $(WIN_BUILD_DIR)/prl_abi_test.exe
 
 # ---- one build, every torch; one wheel, every Python -------------------------------------
 # test-matrix: the library built once (`build`), then the whole suite under each torch of
@@ -150,4 +178,4 @@ cuda-sanitize: build deps
 	done; exit $$status
 
 clean:
-	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) pyroundlib/$(LIB) dist
+	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) $(WIN_BUILD_DIR) pyroundlib/$(LIB) dist

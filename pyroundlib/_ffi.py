@@ -20,7 +20,14 @@ from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
 ABI_VERSION = 2  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
-LIBRARY_FILE = {"win32": "pyroundlib.dll", "darwin": "libpyroundlib.dylib"}.get(sys.platform, "libpyroundlib.so")
+
+
+def library_file(platform: str) -> str:
+    """The library's file name on `platform` (a ``sys.platform`` value), as CMake names it."""
+    return {"win32": "pyroundlib.dll", "darwin": "libpyroundlib.dylib"}.get(platform, "libpyroundlib.so")
+
+
+LIBRARY_FILE = library_file(sys.platform)
 
 STATUS = "status"  # marks a function returning prl_status: non-zero raises
 
@@ -108,16 +115,17 @@ def error_for_status(status: int, name: str, message: str) -> PyRoundLibError:
 
 
 def candidate_paths() -> list[str]:
-    """Where the library is looked for, in order: PYROUNDLIB_LIBRARY (when set, the only
-    place); the package's folders (``pyroundlib.__path__``: the installed package, and for
+    """Where the library (``library_file``: pyroundlib.dll on Windows) is looked for, in
+    order: PYROUNDLIB_LIBRARY (when set, the only place); the package's folders (``pyroundlib.__path__``: the installed package, and for
     an editable install also the source folder); the source tree's build folder (`make`)."""
     override = os.environ.get(ENV_VAR)
     if override:
         return [override]
+    name = library_file(sys.platform)
     package = sys.modules[__package__]
     folders = [Path(p) for p in getattr(package, "__path__", [Path(__file__).parent])]
     build = Path(__file__).resolve().parent.parent / "build"
-    return [str(folder / LIBRARY_FILE) for folder in folders] + [str(build / LIBRARY_FILE)]
+    return [str(folder / name) for folder in folders] + [str(build / name)]
 
 
 def check_elf_extents(path: str) -> None:
@@ -143,6 +151,9 @@ def check_elf_extents(path: str) -> None:
 
 
 def load_library() -> Library:
+    # Windows: Python 3.8+ looks for a DLL's dependencies in its own folder and the system
+    # folders, not on PATH (os.add_dll_directory adds more).  pyroundlib.dll needs nothing
+    # more: it imports only system DLLs (MinGW's runtime is linked in; `make windows` checks).
     tried = []
     for path in candidate_paths():
         if not os.path.exists(path):
@@ -158,7 +169,7 @@ def load_library() -> Library:
     raise LibraryLoadError(
         "could not load the pyroundlib native library. Tried:\n" + "\n".join(tried) +
         f"\nBuild it with `make` in the pyroundlib source tree, or set {ENV_VAR} to the path of "
-        f"{LIBRARY_FILE}.")
+        f"{library_file(sys.platform)}.")
 
 
 _lock = threading.Lock()

@@ -14,10 +14,12 @@
 // the x86-64 baseline; the dynamic loader picks one per machine (GCC function
 // multi-versioning, an ifunc).  The math they call must be always_inline (PRL_HD): a
 // plain inline function is not inlined into the AVX-512 clone, which then calls it per
-// element, unvectorised, 5x slower.  `make sanitize` builds the baseline alone
-// (-DPYROUNDLIB_CPU_MULTIVERSION=OFF), so the tests cover it too.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
-    !defined(PRL_NO_MULTIVERSION)
+// element, unvectorised, 5x slower.  CMake defines PRL_CPU_MULTIVERSION for the C++
+// sources only where its check of target_clones passed (GCC on an ELF x86-64 target, e.g.
+// Linux; not Windows, which has no ifunc) and PYROUNDLIB_CPU_MULTIVERSION is ON; elsewhere
+// the baseline loops alone are built.  `make sanitize` builds those
+// (-DPYROUNDLIB_CPU_MULTIVERSION=OFF), so the tests cover them too.
+#if defined(PRL_CPU_MULTIVERSION)
 #define PRL_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define PRL_CPU_CLONES
