@@ -20,11 +20,12 @@ from .errors import (CudaError, CudaNotCompiledError, InternalError, InvalidArgu
                      PyRoundLibError, UnsupportedDtypeError)
 from .lltm import LLTM, LLTMPointwiseFunction, lltm_cell
 from .round import RoundSTE, RoundSTEFunction, round_ste
+from .sequence import LLTMLayer, LLTMSequenceFunction, lltm_sequence
 
 __all__ = [
     "__version__", "SUPPORTED_TORCH", "ABI_VERSION", "library_info",
     "round_ste", "RoundSTE", "RoundSTEFunction",
-    "lltm_cell", "LLTM", "LLTMPointwiseFunction",
+    "lltm_cell", "LLTM", "LLTMPointwiseFunction", "lltm_sequence", "LLTMLayer", "LLTMSequenceFunction",
     "PyRoundLibError", "InvalidArgumentError", "UnsupportedDtypeError", "CudaError", "CudaNotCompiledError",
     "InternalError", "LibraryLoadError",
 ]

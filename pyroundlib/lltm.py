@@ -296,12 +296,10 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
                       function_for(_LLTMPointwiseNoJvp, LLTMPointwiseFunction).apply)
 
 
-class LLTM(torch.nn.Module):
-    """The LLTM recurrent cell: ``forward(input, (h, c)) -> (new_h, new_cell)``.
-
-    Parameters ``weights`` [3*state_size, state_size+input_features] and ``bias``
-    [3*state_size], initialised uniform in +-1/sqrt(state_size) as in the tutorial.
-    """
+class LLTMParameters(torch.nn.Module):
+    """The parameters the LLTM cell and layer share: ``weights`` [3*state_size,
+    state_size+input_features] and ``bias`` [3*state_size], initialised uniform in
+    +-1/sqrt(state_size) as in the tutorial."""
 
     def __init__(self, input_features: int, state_size: int, device=None, dtype=None):
         super().__init__()
@@ -318,6 +316,14 @@ class LLTM(torch.nn.Module):
             for weight in self.parameters():
                 weight.uniform_(-stdv, +stdv)
 
+    def extra_repr(self) -> str:
+        return f"input_features={self.input_features}, state_size={self.state_size}"
+
+
+class LLTM(LLTMParameters):
+    """The LLTM recurrent cell: ``forward(input, (h, c)) -> (new_h, new_cell)``, with the
+    parameters of ``LLTMParameters``."""
+
     def forward(self, input: Tensor, state: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tensor]:
         """input [B, input_features]; state (h, c), each [B, state_size], zeros if omitted
         (as for torch.nn.LSTMCell).  Returns (new_h, new_cell), each [B, state_size]."""
@@ -327,6 +333,3 @@ class LLTM(torch.nn.Module):
         if torch.jit.is_scripting():
             return torch.ops.pyroundlib.lltm_cell(input, self.weights, self.bias, state[0], state[1])
         return lltm_cell(input, self.weights, self.bias, state[0], state[1])
-
-    def extra_repr(self) -> str:
-        return f"input_features={self.input_features}, state_size={self.state_size}"

@@ -1,0 +1,329 @@
+"""lltm_sequence: the LLTM cell run over a whole sequence, one autograd node per sequence.
+
+``gates_t = [h_{t-1}, x_t] @ W^T + b`` splits into an input half, ``x_t @ W_x^T + b``,
+computed for every step at once (one GEMM of [T*B, I] x [I, 3S]), and a recurrent half,
+``h_{t-1} @ W_h^T``, added in place per step (one ``addmm_``).  Each step's pointwise kernel
+then writes its new_h and new_cell straight into their slices of the outputs (a pointer
+offset, no stack or cat).  The backward walks the steps in reverse with one pointwise
+kernel and one product per step, and forms the input, weight and bias gradients as
+single products / a reduction over all steps at the end.
+
+Layers, as for the cell:
+- ``pyroundlib::lltm_sequence_forward`` / ``lltm_sequence_backward``: the two loops as torch
+  ops (native kernels + torch GEMMs, fake implementations for torch.compile and export).
+  On CUDA each loop is captured once per shape into a CUDA graph and replayed
+  (``graphs.py``), unless a capture is already under way (then it is captured into that).
+- ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
+  mode ``jvp``); when a graph of the gradient is being built, its backward runs as
+  differentiable torch ops instead (double backward, torch.func).
+- ``lltm_sequence`` checks and picks the route; ``LLTMLayer`` is the module.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import graphs
+from ._common import DTYPE_CODES, autocast_cast, check_like, check_shape, check_tensor, define_op, function_for
+from .lltm import (LLTMParameters, _activations, _backward_differentiable, _backward_kernel, _forward_kernel,
+                   _pointwise_jvp)
+
+
+# ---- argument checks -------------------------------------------------------------------------
+
+def _check_sequence_args(input, weights, bias, h0, c0) -> None:
+    """Raise TypeError/ValueError naming the first bad argument."""
+    check_tensor("input", input)
+    for name, value in (("weights", weights), ("bias", bias), ("h0", h0), ("c0", c0)):
+        check_like(name, value, "input", input)
+    if input.dim() != 3:
+        raise ValueError(f"input must be 3-D [time, batch, input_features], got shape {list(input.shape)}")
+    if weights.dim() != 2 or weights.shape[0] % 3:
+        raise ValueError(f"weights must be 2-D [3*state_size, state_size+input_features], got shape "
+                         f"{list(weights.shape)}")
+    steps, batch, features = input.shape
+    state = weights.shape[0] // 3
+    sizes = f"(time={steps}, batch={batch}, input_features={features} from input; state_size={state} from weights)"
+    check_shape("weights", weights, (3 * state, state + features), f"[3*state_size, state_size+input_features] {sizes}")
+    check_shape("bias", bias, (3 * state,), f"[3*state_size] {sizes}")
+    check_shape("h0", h0, (batch, state), f"[batch, state_size] {sizes}")
+    check_shape("c0", c0, (batch, state), f"[batch, state_size] {sizes}")
+
+
+# ---- the loops (native kernels + torch GEMMs) ---------------------------------------------------
+
+def _pointers(t: Tensor) -> List[int]:
+    """The address of each t[k] of a contiguous tensor: the kernels' slices, as pointer offsets."""
+    base, step = t.data_ptr(), t[0].numel() * t.element_size() if t.shape[0] else 0
+    return [base + k * step for k in range(t.shape[0])]
+
+
+def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, output: Tensor,
+                  cells: Tensor, gates: Tensor) -> None:
+    """Fills gates [T, B, 3S], output (new_h of each step) and cells (new_cell) [T, B, S]."""
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    code = DTYPE_CODES[input.dtype]
+    w_h, w_x = weights[:, :state], weights[:, state:]
+    torch.addmm(bias, input.view(steps * batch, features), w_x.t(), out=gates.view(steps * batch, 3 * state))
+    g, h_out, c_out = gates.unbind(0), _pointers(output), _pointers(cells)
+    g_ptr = _pointers(gates)
+    h, c_ptr = h0, c0.data_ptr()
+    for t in range(steps):
+        g[t].addmm_(h, w_h.t())
+        _forward_kernel(input, g_ptr[t], c_ptr, h_out[t], c_out[t], batch, state, code)
+        h, c_ptr = output[t], c_out[t]
+
+
+def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
+                   c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_gates: Tensor, d_h0: Tensor,
+                   d_c0: Tensor) -> None:
+    """Fills d_gates [T, B, 3S], d_h0 and d_c0 [B, S] (T >= 1)."""
+    steps, batch, _ = input.shape
+    state = h0.shape[1]
+    code = DTYPE_CODES[input.dtype]
+    w_h = weights[:, :state]
+    grads, dg = grad_output.unbind(0), d_gates.unbind(0)
+    g_ptr, dg_ptr, c_ptr = _pointers(gates), _pointers(d_gates), [c0.data_ptr()] + _pointers(cells)[:-1]
+    d_h = grad_output[steps - 1].clone()
+    # d_cell ping-pongs between two buffers (a kernel's input and output must not overlap);
+    # the last step writes d_c0 itself
+    d_cell = [grad_c_n.clone(), torch.empty_like(d_c0)]
+    for t in range(steps - 1, -1, -1):
+        d_cell_out = d_c0 if t == 0 else d_cell[1]
+        _backward_kernel(input, d_h.data_ptr(), d_cell[0].data_ptr(), g_ptr[t], c_ptr[t], dg_ptr[t],
+                         d_cell_out.data_ptr(), None, batch, state, code)
+        if t:
+            torch.addmm(grads[t - 1], dg[t], w_h, out=d_h)
+        else:
+            torch.mm(dg[0], w_h, out=d_h0)
+        d_cell.reverse()
+
+
+def _final_products(d_gates: Tensor, input: Tensor, weights: Tensor, h0: Tensor, output: Tensor):
+    """The input, weight and bias gradients of all steps at once."""
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    rows = d_gates.view(steps * batch, 3 * state)
+    d_input = torch.mm(rows, weights[:, state:]).view(steps, batch, features)
+    h_prev = torch.cat([h0.unsqueeze(0), output[:-1]], dim=0)  # the h each step read
+    x = torch.cat([h_prev, input], dim=2).view(steps * batch, state + features)
+    return d_input, torch.mm(rows.t(), x), rows.sum(dim=0)
+
+
+# ---- the ops -------------------------------------------------------------------------------------
+
+def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
+    """-> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])."""
+    _check_sequence_args(input, weights, bias, h0, c0)
+    input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
+    steps, batch, _ = input.shape
+    state = h0.shape[1]
+    output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
+    gates = input.new_empty(steps, batch, 3 * state)
+    if steps:
+        graphs.run(_forward_loop, (input, weights, bias, h0, c0), (output, cells, gates))
+    c_n = cells[steps - 1].clone() if steps else c0.clone()
+    return output, c_n, cells, gates
+
+
+def _forward_fake(input, weights, bias, h0, c0):
+    steps, batch, _ = input.shape
+    state = h0.shape[1]
+    return (input.new_empty(steps, batch, state), input.new_empty(batch, state),
+            input.new_empty(steps, batch, state), input.new_empty(steps, batch, 3 * state))
+
+
+def _backward_op(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor, c0: Tensor,
+                 output: Tensor, cells: Tensor, gates: Tensor):
+    """-> (d_input, d_weights, d_bias, d_h0, d_c0)."""
+    steps = input.shape[0]
+    if steps == 0:
+        return (torch.zeros_like(input), torch.zeros_like(weights), weights.new_zeros(weights.shape[0]),
+                torch.zeros_like(h0), grad_c_n.clone())
+    tensors = [t.contiguous() for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
+    d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
+    graphs.run(_backward_loop, tensors, (d_gates, d_h0, d_c0))
+    d_input, d_weights, d_bias = _final_products(d_gates, tensors[2], tensors[3], tensors[4], tensors[6])
+    return d_input, d_weights, d_bias, d_h0, d_c0
+
+
+def _backward_fake(grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates):
+    return (torch.empty_like(input), torch.empty_like(weights), weights.new_empty(weights.shape[0]),
+            torch.empty_like(h0), torch.empty_like(c0))
+
+
+define_op("lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) "
+          "-> (Tensor, Tensor, Tensor, Tensor)", _forward_op, _forward_fake)
+define_op("lltm_sequence_backward(Tensor grad_output, Tensor grad_c_n, Tensor input, Tensor weights, Tensor h0, "
+          "Tensor c0, Tensor output, Tensor cells, Tensor gates) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+          _backward_op, _backward_fake)
+
+
+# ---- differentiable twins (double backward, torch.func) -------------------------------------------
+
+def _recompute(input, weights, bias, h0, c0):
+    """The forward in torch ops, keeping each step's gates and old cell: a graph autograd can
+    differentiate again."""
+    hs, cs, gates = [], [], []
+    h, c = h0, c0
+    for x in input.unbind(0):
+        g = F.linear(torch.cat([h, x], dim=1), weights, bias)
+        i, o, cand, tanh_cell, _ = _activations(g, c)
+        gates.append(g)
+        cs.append(c)
+        c = c + cand * i
+        h = tanh_cell * o
+        hs.append(h)
+    return hs, cs, gates
+
+
+def _sequence_backward_differentiable(grad_output, grad_c_n, input, weights, bias, h0, c0):
+    """The backward loop in torch ops (the pointwise step: the cell's differentiable twin)."""
+    state = h0.shape[1]
+    hs, cs, gates = _recompute(input, weights, bias, h0, c0)
+    w_h, w_x = weights[:, :state], weights[:, state:]
+    d_h, d_c = torch.zeros_like(h0), grad_c_n
+    d_gates = [None] * len(gates)
+    for t in range(len(gates) - 1, -1, -1):
+        d_gates[t], d_c = _backward_differentiable(grad_output[t] + d_h, d_c, gates[t], cs[t])
+        d_h = d_gates[t].mm(w_h)
+    d_gates = torch.stack(d_gates)
+    rows = d_gates.flatten(0, 1)
+    h_prev = torch.stack([h0] + hs[:-1])
+    x = torch.cat([h_prev, input], dim=2).flatten(0, 1)
+    return (d_gates.matmul(w_x), rows.t().mm(x), rows.sum(dim=0), d_h, d_c)
+
+
+# ---- the autograd Function -------------------------------------------------------------------------
+
+class _LLTMSequenceNoJvp(torch.autograd.Function):
+    """LLTMSequenceFunction without its forward-mode derivative: what torch.compile traces."""
+
+    @staticmethod
+    def forward(input, weights, bias, h0, c0):
+        return torch.ops.pyroundlib.lltm_sequence_forward(input, weights, bias, h0, c0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, outputs) -> None:
+        output, _, cells, gates = outputs
+        ctx.mark_non_differentiable(cells, gates)
+        ctx.save_for_backward(*inputs, output, cells, gates)
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_c_n, _grad_cells, _grad_gates):
+        input, weights, bias, h0, c0, output, cells, gates = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a graph of the gradient is being built
+            return _sequence_backward_differentiable(grad_output, grad_c_n, input, weights, bias, h0, c0)
+        return torch.ops.pyroundlib.lltm_sequence_backward(grad_output, grad_c_n, input, weights, h0, c0, output,
+                                                           cells, gates)
+
+    @staticmethod
+    def vmap(info, in_dims, input, weights, bias, h0, c0):
+        return _vmap_sequence(_LLTMSequenceNoJvp, info, in_dims, input, weights, bias, h0, c0)
+
+
+class LLTMSequenceFunction(_LLTMSequenceNoJvp):
+    """The LLTM over a sequence as one autograd node: ``apply(input, weights, bias, h0, c0)
+    -> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])``; the last two are
+    what the backward needs (non-differentiable: torch.func requires a Function's saved
+    intermediates to be outputs).  ``lltm_sequence`` checks the arguments and returns
+    ``(output, (h_n, c_n))``.  T >= 1."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, outputs) -> None:
+        _LLTMSequenceNoJvp.setup_context(ctx, inputs, outputs)
+        ctx.save_for_forward(*inputs, *outputs)
+
+    @staticmethod
+    def jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0):
+        input, weights, bias, h0, c0, output, _, cells, gates = ctx.saved_tensors
+        state = h0.shape[1]
+        zero = torch.zeros_like
+        t_input, t_weights = zero(input) if t_input is None else t_input, zero(weights) if t_weights is None else t_weights
+        t_h = zero(h0) if t_h0 is None else t_h0
+        t_c = t_c0
+        t_gates_x = F.linear(input, t_weights[:, state:]) + F.linear(t_input, weights[:, state:])
+        if t_bias is not None:
+            t_gates_x = t_gates_x + t_bias
+        t_out = []
+        for t in range(input.shape[0]):
+            h_prev, c_prev = (h0, c0) if t == 0 else (output[t - 1], cells[t - 1])
+            t_g = t_gates_x[t] + F.linear(t_h, weights[:, :state]) + F.linear(h_prev, t_weights[:, :state])
+            t_h, t_c = _pointwise_jvp(gates[t], c_prev, t_g, t_c)
+            t_out.append(t_h)
+        return torch.stack(t_out), t_c, None, None  # cells and gates are not differentiable
+
+    @staticmethod
+    def vmap(info, in_dims, input, weights, bias, h0, c0):
+        return _vmap_sequence(LLTMSequenceFunction, info, in_dims, input, weights, bias, h0, c0)
+
+
+def _vmap_sequence(function, info, in_dims, input, weights, bias, h0, c0):
+    """vmap: with shared weights the vmapped dimension folds into the batch; with batched
+    weights (an ensemble), one sequence per set of weights."""
+    n = info.batch_size
+
+    def first(t, dim):
+        return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
+
+    input, weights, bias, h0, c0 = (first(t, d) for t, d in zip((input, weights, bias, h0, c0), in_dims))
+    if in_dims[1] is None and in_dims[2] is None:
+        steps, batch = input.shape[1], input.shape[2]
+        outs = function.apply(input.transpose(0, 1).flatten(1, 2), weights[0], bias[0], h0.flatten(0, 1),
+                              c0.flatten(0, 1))
+        output, c_n, cells, gates = (o.unflatten(-2 if o.dim() == 2 else 1, (n, batch)) for o in outs)
+        return (output, c_n, cells, gates), (1, 0, 1, 1)
+    outs = [function.apply(*args) for args in zip(input, weights, bias, h0, c0)]
+    return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0, 0)
+
+
+# ---- entry points ------------------------------------------------------------------------------------
+
+def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
+                  state: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+    """The LLTM cell over a sequence: ``(output, (h_n, c_n))``.
+
+    input [T, B, I]; weights [3S, S+I] and bias [3S] as for ``lltm_cell``; state (h0, c0),
+    each [B, S], zeros when None.  output [T, B, S] holds new_h of every step; (h_n, c_n) is
+    the last step's state (T = 0: an empty output and the state unchanged).  Same dtypes,
+    devices and workflows as ``lltm_cell``; differentiable in input, weights, bias, h0, c0.
+    """
+    if state is None:
+        if not isinstance(input, torch.Tensor) or input.dim() != 3 or not isinstance(weights, torch.Tensor):
+            _check_sequence_args(input, weights, bias, input, input)  # raises, naming the argument
+        shape = (input.shape[1], weights.shape[0] // 3)
+        state = (input.new_zeros(shape), input.new_zeros(shape))  # two tensors: torch.compile traces no aliases
+    if not (isinstance(state, (tuple, list)) and len(state) == 2):
+        raise TypeError(f"state must be a tuple (h0, c0) or None, got {type(state).__name__}")
+    input, weights, bias, h0, c0 = autocast_cast((input, weights, bias, *state))
+    _check_sequence_args(input, weights, bias, h0, c0)
+    if input.shape[0] == 0:
+        return input.new_empty(0, input.shape[1], h0.shape[1]), (h0, c0)
+    output, c_n, _, _ = function_for(_LLTMSequenceNoJvp, LLTMSequenceFunction).apply(input, weights, bias, h0, c0)
+    return output, (output[-1], c_n)
+
+
+class LLTMLayer(LLTMParameters):
+    """The LLTM cell over whole sequences, as ``nn.LSTM`` is the LSTM's:
+    ``forward(input, state=None) -> (output, (h_n, c_n))``.
+
+    Parameters ``weights`` [3*state_size, state_size+input_features] and ``bias``
+    [3*state_size], named, shaped and initialised as ``LLTM``'s (a cell's state_dict loads
+    into a layer and back).  input [T, B, input_features], or [B, T, input_features] with
+    ``batch_first=True`` (then output is [B, T, state_size] too); state (h0, c0), each
+    [B, state_size], zeros when omitted."""
+
+    def __init__(self, input_features: int, state_size: int, batch_first: bool = False, device=None, dtype=None):
+        super().__init__(input_features, state_size, device=device, dtype=dtype)
+        self.batch_first = batch_first
+
+    def forward(self, input: Tensor, state: Optional[Tuple[Tensor, Tensor]] = None):
+        if self.batch_first and isinstance(input, torch.Tensor) and input.dim() == 3:
+            output, state = lltm_sequence(input.transpose(0, 1), self.weights, self.bias, state)
+            return output.transpose(0, 1), state
+        return lltm_sequence(input, self.weights, self.bias, state)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", batch_first={self.batch_first}"
