@@ -1,0 +1,289 @@
+"""lltm_sequence / LLTMLayer against a loop of the plain-PyTorch cell: forward, every
+gradient, the workflows (torch.func, double backward, autocast, torch.compile) and, on a
+GPU, streams, CUDA graphs and the per-shape graph replay."""
+import pytest
+import torch
+
+import pyroundlib
+from pyroundlib import graphs
+from pyroundlib.reference import lltm_cell_reference
+
+from conftest import TOLERANCES, requires_cuda, requires_two_gpus
+
+func = torch.func
+ARGNUMS = (0, 1, 2, 3, 4)
+
+
+def reference(input, weights, bias, h0, c0):
+    """(output, h_n, c_n): the plain-PyTorch cell in a Python loop."""
+    h, c, outs = h0, c0, []
+    for x in input.unbind(0):
+        h, c = lltm_cell_reference(x, weights, bias, h, c)
+        outs.append(h)
+    return (torch.stack(outs) if outs else input.new_empty(0, *h0.shape)), h, c
+
+
+def ours(input, weights, bias, h0, c0):
+    output, (h, c) = pyroundlib.lltm_sequence(input, weights, bias, (h0, c0))
+    return output, h, c
+
+
+def seq_args(steps, batch, features, state, dtype, device, requires_grad=True):
+    shapes = [(steps, batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
+    return [torch.randn(s, dtype=torch.float64).to(dtype=dtype, device=device).requires_grad_(requires_grad)
+            for s in shapes]
+
+
+def weighted_loss(outs):
+    """A scalar using every output with different weights, so no gradient is trivially shared."""
+    output, h, c = outs
+    return (output * torch.linspace(0.5, 1.5, output.shape[-1], device=output.device, dtype=output.dtype)).sum() \
+        + 2 * h.sum() + 3 * c.sum()
+
+
+def check_against_reference(args, tol):
+    """Outputs and gradients against the reference loop run in float64 on the same values;
+    below float64 the tolerance scales with each tensor's largest value (a weight gradient
+    sums T*B rounded terms, in another order than the reference's)."""
+    low = args[0].dtype != torch.float64
+    ref_args = [a.detach().to(torch.float64).requires_grad_() for a in args]
+    got, want = ours(*args), reference(*ref_args)
+    grads = torch.autograd.grad(weighted_loss(got), args)
+    ref_grads = torch.autograd.grad(weighted_loss(want), ref_args)
+    for g, w in zip((*got, *grads), (*want, *ref_grads)):
+        assert g.dtype == args[0].dtype and g.shape == w.shape
+        atol = tol["atol"] * max(1.0, w.abs().max().item()) if low and w.numel() else tol["atol"]
+        torch.testing.assert_close(g.to(w.dtype), w, rtol=tol["rtol"], atol=atol)
+
+
+@pytest.mark.parametrize("steps,batch,features,state", [(1, 3, 4, 5), (7, 4, 3, 8), (5, 1, 16, 32), (3, 0, 2, 4)])
+def test_matches_reference_loop(device, dtype, steps, batch, features, state):
+    check_against_reference(seq_args(steps, batch, features, state, dtype, device), TOLERANCES[dtype])
+
+
+def test_repeated_calls_same_shape(device):
+    """On CUDA the first call runs the loops eagerly, the second captures them into graphs,
+    later ones replay them: every call must give fresh, right results."""
+    for _ in range(4):
+        check_against_reference(seq_args(6, 3, 4, 8, torch.float32, device), TOLERANCES[torch.float32])
+
+
+def test_zero_steps_and_default_state(device):
+    args = seq_args(0, 3, 4, 5, torch.float32, device)
+    output, (h, c) = pyroundlib.lltm_sequence(*args[:3], (args[3], args[4]))
+    assert output.shape == (0, 3, 5) and h is args[3] and c is args[4]
+    args = seq_args(4, 3, 4, 5, torch.float32, device)
+    zeros = torch.zeros(3, 5, device=device)
+    got = pyroundlib.lltm_sequence(*args[:3])
+    want = reference(*args[:3], zeros, zeros)
+    torch.testing.assert_close((got[0], *got[1]), want)
+
+
+def test_layer(device):
+    layer = pyroundlib.LLTMLayer(4, 6, device=device)
+    cell = pyroundlib.LLTM(4, 6, device=device)
+    cell.load_state_dict(layer.state_dict())  # the same parameters, names and shapes
+    layer.load_state_dict(cell.state_dict())
+    assert [n for n, _ in layer.named_parameters()] == ["weights", "bias"]
+    x = torch.randn(5, 2, 4, device=device)
+    output, (h, c) = layer(x)
+    hh, cc = torch.zeros(2, 6, device=device), torch.zeros(2, 6, device=device)
+    for t in range(5):
+        hh, cc = cell(x[t], (hh, cc))
+        torch.testing.assert_close(output[t], hh)
+    torch.testing.assert_close((h, c), (hh, cc))
+    batch_first = pyroundlib.LLTMLayer(4, 6, batch_first=True, device=device)
+    batch_first.load_state_dict(layer.state_dict())
+    output_bf, (h_bf, c_bf) = batch_first(x.transpose(0, 1).contiguous(), (torch.zeros(2, 6, device=device),) * 2)
+    torch.testing.assert_close(output_bf.transpose(0, 1), output)
+    torch.testing.assert_close((h_bf, c_bf), (h, c))
+    assert "batch_first=True" in repr(batch_first)
+
+
+def test_non_contiguous_inputs(device):
+    args = seq_args(4, 3, 4, 5, torch.float64, device, requires_grad=False)
+    args[0] = torch.randn(3, 4, 4, dtype=torch.float64, device=device).transpose(0, 1)  # [T=4, B=3, I=4], strided
+    args[1] = torch.randn(9, 15, dtype=torch.float64, device=device).t()  # [15, 9]
+    torch.testing.assert_close(ours(*args), reference(*args))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda a: a.__setitem__(0, a[0][0]), "input must be 3-D"),
+    (lambda a: a.__setitem__(1, a[1][:, 1:]), "weights must have shape"),
+    (lambda a: a.__setitem__(1, a[1][1:]), "weights must be 2-D"),
+    (lambda a: a.__setitem__(2, a[2][1:]), "bias must have shape"),
+    (lambda a: a.__setitem__(3, a[3][1:]), "h0 must have shape"),
+    (lambda a: a.__setitem__(4, a[4].float()), "c0 has dtype"),
+    (lambda a: a.__setitem__(0, a[0].long()), "input must have dtype"),
+    (lambda a: a.__setitem__(2, "bias"), "bias must be a torch.Tensor"),
+])
+def test_bad_arguments_name_the_argument(bad, match):
+    args = seq_args(3, 2, 4, 5, torch.float64, "cpu", requires_grad=False)
+    bad(args)
+    with pytest.raises((TypeError, ValueError), match=match):
+        ours(*args)
+    with pytest.raises(TypeError, match="state must be a tuple"):
+        pyroundlib.lltm_sequence(*seq_args(3, 2, 4, 5, torch.float64, "cpu")[:3], state=torch.zeros(2, 5))
+
+
+def test_gradcheck_and_gradgradcheck(device):
+    args = seq_args(3, 2, 3, 4, torch.float64, device)
+    assert torch.autograd.gradcheck(ours, args)
+    assert torch.autograd.gradgradcheck(ours, args)
+
+
+def test_forward_mode(device):
+    args = seq_args(3, 2, 3, 4, torch.float64, device, requires_grad=False)
+    tangents = tuple(torch.randn_like(a) for a in args)
+    torch.testing.assert_close(func.jvp(ours, tuple(args), tangents), func.jvp(reference, tuple(args), tangents))
+    torch.testing.assert_close(func.jacfwd(ours, argnums=ARGNUMS)(*args), func.jacfwd(reference, argnums=ARGNUMS)(*args))
+
+
+def test_func_grad_and_jacrev(device):
+    args = seq_args(3, 2, 3, 4, torch.float64, device, requires_grad=False)
+    loss = lambda fn: lambda *a: weighted_loss(fn(*a))  # noqa: E731
+    torch.testing.assert_close(func.grad(loss(ours), argnums=ARGNUMS)(*args),
+                               func.grad(loss(reference), argnums=ARGNUMS)(*args))
+    torch.testing.assert_close(func.jacrev(ours, argnums=ARGNUMS)(*args), func.jacrev(reference, argnums=ARGNUMS)(*args))
+
+
+@pytest.mark.parametrize("in_dims", [(0, None, None, 0, 0), (2, None, None, None, 0), (0, 0, 0, 0, 0)],
+                         ids=["batched-data", "mixed-dims", "ensemble"])
+def test_vmap(device, in_dims):
+    args = seq_args(3, 2, 3, 4, torch.float64, device, requires_grad=False)
+    batched = [a if d is None else torch.stack([a, 0.5 * a], dim=d) for a, d in zip(args, in_dims)]
+    torch.testing.assert_close(func.vmap(ours, in_dims=in_dims)(*batched),
+                               func.vmap(reference, in_dims=in_dims)(*batched))
+    per_sample = (0, None, None, None, None)
+    inputs = torch.stack([args[0], 2 * args[0]])
+    loss = lambda fn: lambda *a: weighted_loss(fn(*a))  # noqa: E731
+    torch.testing.assert_close(func.vmap(func.grad(loss(ours), argnums=1), in_dims=per_sample)(inputs, *args[1:]),
+                               func.vmap(func.grad(loss(reference), argnums=1), in_dims=per_sample)(inputs, *args[1:]))
+
+
+AUTOCAST = {"cpu": torch.bfloat16, "cuda": torch.float16}
+
+
+def test_autocast(device):
+    low = AUTOCAST[device.type]
+    layer = pyroundlib.LLTMLayer(4, 6, device=device)
+    x = torch.randn(5, 3, 4, device=device)
+    with torch.autocast(device.type, dtype=low):
+        output, (h, c) = layer(x)
+        want = reference(x, layer.weights, layer.bias, torch.zeros(3, 6, device=device), torch.zeros(3, 6, device=device))
+    assert output.dtype == h.dtype == c.dtype == low
+    grads = torch.autograd.grad(weighted_loss((output.float(), h.float(), c.float())), list(layer.parameters()))
+    ref_grads = torch.autograd.grad(weighted_loss(tuple(w.float() for w in want)), list(layer.parameters()))
+    assert all(g.dtype == torch.float32 for g in grads)
+    tol = dict(rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close((output.float(), h.float(), c.float()), tuple(w.float() for w in want), **tol)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, **tol)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph(device, dynamic):
+    torch._dynamo.reset()
+    layer = pyroundlib.LLTMLayer(4, 6, device=device)
+    compiled = torch.compile(layer, fullgraph=True, dynamic=dynamic)
+    for steps in (3, 5):
+        x = torch.randn(steps, 2, 4, device=device, requires_grad=True)
+        got, want = compiled(x), layer(x)
+        torch.testing.assert_close(got, want)
+        params = [x] + list(layer.parameters())
+        torch.testing.assert_close(torch.autograd.grad(weighted_loss((got[0], *got[1])), params),
+                                   torch.autograd.grad(weighted_loss((want[0], *want[1])), params))
+
+
+def test_opcheck(device, dtype):
+    args = [a.detach() for a in seq_args(3, 2, 4, 5, dtype, device)]
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward.default, args)
+    output, c_n, cells, gates = torch.ops.pyroundlib.lltm_sequence_forward(*args)
+    grads = (torch.randn_like(output), torch.randn_like(c_n))
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_backward.default,
+                          (*grads, args[0], args[1], args[3], args[4], output, cells, gates))
+
+
+def test_meta_tensors():
+    args = seq_args(4, 3, 2, 5, torch.float32, "meta")
+    output, (h, c) = pyroundlib.lltm_sequence(*args[:3], (args[3], args[4]))
+    assert output.shape == (4, 3, 5) and h.shape == c.shape == (3, 5) and output.device.type == "meta"
+    grads = torch.autograd.grad(output.sum() + c.sum(), args)
+    assert [g.shape for g in grads] == [a.shape for a in args]
+
+
+# ---- CUDA: streams, graphs, devices ---------------------------------------------------------
+
+@requires_cuda
+@pytest.mark.parametrize("graphs_on", ["1", "0"])
+def test_side_stream(monkeypatch, graphs_on):
+    monkeypatch.setenv(graphs.ENV_VAR, graphs_on)
+    args = seq_args(6, 4, 8, 16, torch.float32, "cuda", requires_grad=False)
+    want = reference(*args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # eager, capture, replay: all on the side stream
+            torch.cuda._sleep(1_000_000)  # a busy stream: a launch on another stream would race
+            got = ours(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(got, want)
+
+
+@requires_cuda
+def test_inside_a_users_cuda_graph():
+    """Under the caller's capture the loops are captured into that graph (no graph of ours)."""
+    layer = pyroundlib.LLTMLayer(8, 16, device="cuda")
+    static_x = torch.randn(5, 4, 8, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            layer(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out, (static_h, static_c) = layer(static_x)
+    for _ in range(3):
+        static_x.copy_(torch.randn(5, 4, 8, device="cuda"))
+        graph.replay()
+        zeros = torch.zeros(4, 16, device="cuda")
+        want = reference(static_x, layer.weights.detach(), layer.bias.detach(), zeros, zeros)
+        torch.testing.assert_close((static_out, static_h, static_c), want)
+
+
+@requires_cuda
+def test_compile_reduce_overhead():
+    torch._dynamo.reset()
+    layer = pyroundlib.LLTMLayer(8, 16, device="cuda")
+    compiled = torch.compile(layer, fullgraph=True, mode="reduce-overhead")
+    for _ in range(4):
+        x = torch.randn(5, 4, 8, device="cuda", requires_grad=True)
+        got = compiled(x)
+        got_grads = torch.autograd.grad(weighted_loss((got[0], *got[1])), [x] + list(layer.parameters()))
+        want = layer(x)
+        want_grads = torch.autograd.grad(weighted_loss((want[0], *want[1])), [x] + list(layer.parameters()))
+        torch.testing.assert_close((got[0], *got[1]), (want[0], *want[1]))
+        torch.testing.assert_close(got_grads, want_grads)
+
+
+@requires_cuda
+def test_graph_replay_matches_plain_loops(monkeypatch):
+    """The replayed graphs compute exactly what the plain loops do, bit for bit."""
+    args = seq_args(9, 5, 6, 32, torch.float32, "cuda")
+    results = []
+    for setting in ("0", "1", "1", "1"):
+        monkeypatch.setenv(graphs.ENV_VAR, setting)
+        outs = ours(*args)
+        results.append((outs, torch.autograd.grad(weighted_loss(outs), args)))
+    for outs, grads in results[1:]:
+        for a, b in zip((*outs, *grads), (*results[0][0], *results[0][1])):
+            assert torch.equal(a, b)
+
+
+@requires_two_gpus
+def test_second_device_while_first_is_current():
+    args = seq_args(4, 3, 4, 8, torch.float32, "cuda:1")
+    with torch.cuda.device(0):
+        for _ in range(3):
+            check_against_reference(args, TOLERANCES[torch.float32])
