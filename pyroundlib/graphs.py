@@ -1,17 +1,21 @@
 """Replaying a per-step loop as a CUDA graph: the whole loop in one launch from Python.
 
 A sequence's loop launches a few kernels per step; from Python each launch costs host
-time that the small GEMMs and pointwise kernels cannot hide.  ``run(loop, inputs,
-outputs)`` captures ``loop(*inputs, *outputs)`` once per shape (on its second call: the
-first runs eagerly and warms cuBLAS up) into a ``torch.cuda.CUDAGraph`` over private copies
-of the tensors, and later calls copy the inputs in, replay the graph and copy the outputs
-out, all on the current stream.  The C entry points never synchronise, so the loop can be
+time that small GEMMs and pointwise kernels cannot hide.  ``run(loop, tensors)`` runs
+``loop(*tensors)``, which reads and writes only ``tensors`` (and temporaries of its own),
+and remembers the call by its tensors' addresses, shapes and dtypes, the device and the
+current stream.  When the same call comes again, which is what a training loop does
+once the caching allocator hands out the same blocks each iteration, the loop is
+captured into a ``torch.cuda.CUDAGraph`` and replayed from then on: a graph reads and
+writes exactly the addresses it was captured with, which are this call's own live
+tensors, so no copies are needed.  (The first sighting runs eagerly, which also warms
+cuBLAS up for the capture.)  The C entry points never synchronise, so the loop can be
 captured.
 
-Runs the loop as it is (no graph) on the CPU, while another capture is under way (then
-the loop is captured into that one: CUDA graphs, ``torch.compile(mode="reduce-overhead")``),
-and when ``PYROUNDLIB_CUDA_GRAPHS=0`` is set.  A graph is kept per loop, device, stream,
-shapes and dtypes, at most ``MAX_GRAPHS`` of them (least recently used dropped).
+The loop runs as it is (no graph) on the CPU, while another capture is under way (then
+it is captured into that one: CUDA graphs, ``torch.compile(mode="reduce-overhead")``), and
+when ``PYROUNDLIB_CUDA_GRAPHS=0`` is set.  At most ``MAX_GRAPHS`` graphs are kept (least
+recently used dropped, with the temporaries their private memory pools hold).
 """
 import os
 import threading
@@ -21,25 +25,7 @@ import torch
 
 ENV_VAR = "PYROUNDLIB_CUDA_GRAPHS"
 MAX_GRAPHS = 16
-
-
-class _Captured:
-    """A loop captured over static copies of its tensors."""
-
-    def __init__(self, loop, inputs, outputs):
-        self.inputs = [t.clone() for t in inputs]
-        self.outputs = [torch.empty_like(t) for t in outputs]
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # other threads may run CUDA work
-            loop(*self.inputs, *self.outputs)
-
-    def __call__(self, inputs, outputs) -> None:
-        for static, t in zip(self.inputs, inputs):
-            static.copy_(t)
-        self.graph.replay()
-        for t, static in zip(outputs, self.outputs):
-            t.copy_(static)
-
+_SEEN = object()  # a call seen once: not captured yet
 
 _lock = threading.Lock()
 _graphs: "OrderedDict[tuple, object]" = OrderedDict()
@@ -49,27 +35,29 @@ def enabled() -> bool:
     return os.environ.get(ENV_VAR, "1") not in ("0", "")
 
 
-def run(loop, inputs, outputs) -> None:
-    """``loop(*inputs, *outputs)``: the loop writes ``outputs`` (contiguous tensors) from
-    ``inputs``; replayed from a CUDA graph where that is possible (see the module)."""
-    first = inputs[0]
+def run(loop, tensors) -> None:
+    """``loop(*tensors)``, replayed from a CUDA graph where possible (see the module)."""
+    first = tensors[0]
     if not first.is_cuda or not enabled() or torch.cuda.is_current_stream_capturing():
-        loop(*inputs, *outputs)
+        loop(*tensors)
         return
     stream = torch.cuda.current_stream(first.device)
-    key = (loop, first.device, stream.cuda_stream) + tuple((t.shape, t.dtype) for t in (*inputs, *outputs))
-    with _lock:  # one thread at a time enqueues copies and replays of the shared static tensors
-        entry = _graphs.get(key)
-        if entry is None:  # first call: run eagerly (this also warms cuBLAS up for the capture)
-            loop(*inputs, *outputs)
-            _remember(key, "seen")
+    key = (loop, first.device, stream.cuda_stream) + tuple((t.data_ptr(), t.shape, t.dtype) for t in tensors)
+    with _lock:  # one thread at a time captures, and enqueues replays
+        graph = _graphs.get(key)
+        if graph is None:
+            loop(*tensors)
+            _remember(key, _SEEN)
             return
-        if entry == "seen":
-            entry = _Captured(loop, inputs, outputs)
-            _remember(key, entry)
+        if graph is _SEEN:
+            graph = torch.cuda.CUDAGraph()
+            # on the tensors' device; thread_local: other threads may run CUDA work meanwhile
+            with torch.cuda.device(first.device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                loop(*tensors)
+            _remember(key, graph)
         else:
             _graphs.move_to_end(key)
-        entry(inputs, outputs)
+        graph.replay()  # on the current stream
 
 
 def _remember(key, entry) -> None:
@@ -80,6 +68,6 @@ def _remember(key, entry) -> None:
 
 
 def clear() -> None:
-    """Drop every captured graph (and the memory its static tensors hold)."""
+    """Drop every captured graph (and the memory its pool holds)."""
     with _lock:
         _graphs.clear()

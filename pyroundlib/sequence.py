@@ -60,30 +60,33 @@ def _pointers(t: Tensor) -> List[int]:
 
 
 def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, output: Tensor,
-                  cells: Tensor, gates: Tensor) -> None:
-    """Fills gates [T, B, 3S], output (new_h of each step) and cells (new_cell) [T, B, S]."""
+                  c_n: Tensor, cells: Tensor, gates: Tensor) -> None:
+    """Fills gates [T, B, 3S], output (new_h of each step), cells (new_cell) [T, B, S] and
+    c_n [B, S] (T >= 1)."""
     steps, batch, features = input.shape
     state = h0.shape[1]
     code = DTYPE_CODES[input.dtype]
     w_h, w_x = weights[:, :state], weights[:, state:]
     torch.addmm(bias, input.view(steps * batch, features), w_x.t(), out=gates.view(steps * batch, 3 * state))
-    g, h_out, c_out = gates.unbind(0), _pointers(output), _pointers(cells)
-    g_ptr = _pointers(gates)
-    h, c_ptr = h0, c0.data_ptr()
+    g, g_ptr, h_ptr, c_ptr = gates.unbind(0), _pointers(gates), _pointers(output), _pointers(cells)
+    h, old_cell = h0, c0.data_ptr()
     for t in range(steps):
         g[t].addmm_(h, w_h.t())
-        _forward_kernel(input, g_ptr[t], c_ptr, h_out[t], c_out[t], batch, state, code)
-        h, c_ptr = output[t], c_out[t]
+        _forward_kernel(input, g_ptr[t], old_cell, h_ptr[t], c_ptr[t], batch, state, code)
+        h, old_cell = output[t], c_ptr[t]
+    c_n.copy_(cells[steps - 1])
 
 
 def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
-                   c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_gates: Tensor, d_h0: Tensor,
-                   d_c0: Tensor) -> None:
-    """Fills d_gates [T, B, 3S], d_h0 and d_c0 [B, S] (T >= 1)."""
-    steps, batch, _ = input.shape
+                   c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_input: Tensor, d_weights: Tensor,
+                   d_bias: Tensor, d_h0: Tensor, d_c0: Tensor) -> None:
+    """Fills the five gradients (T >= 1): the reverse loop, one pointwise kernel and one
+    product per step, then the input, weight and bias gradients of all steps at once."""
+    steps, batch, features = input.shape
     state = h0.shape[1]
     code = DTYPE_CODES[input.dtype]
-    w_h = weights[:, :state]
+    w_h, w_x = weights[:, :state], weights[:, state:]
+    d_gates = torch.empty_like(gates)
     grads, dg = grad_output.unbind(0), d_gates.unbind(0)
     g_ptr, dg_ptr, c_ptr = _pointers(gates), _pointers(d_gates), [c0.data_ptr()] + _pointers(cells)[:-1]
     d_h = grad_output[steps - 1].clone()
@@ -96,20 +99,16 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
                          d_cell_out.data_ptr(), None, batch, state, code)
         if t:
             torch.addmm(grads[t - 1], dg[t], w_h, out=d_h)
-        else:
-            torch.mm(dg[0], w_h, out=d_h0)
         d_cell.reverse()
-
-
-def _final_products(d_gates: Tensor, input: Tensor, weights: Tensor, h0: Tensor, output: Tensor):
-    """The input, weight and bias gradients of all steps at once."""
-    steps, batch, features = input.shape
-    state = h0.shape[1]
+    torch.mm(dg[0], w_h, out=d_h0)
     rows = d_gates.view(steps * batch, 3 * state)
-    d_input = torch.mm(rows, weights[:, state:]).view(steps, batch, features)
-    h_prev = torch.cat([h0.unsqueeze(0), output[:-1]], dim=0)  # the h each step read
-    x = torch.cat([h_prev, input], dim=2).view(steps * batch, state + features)
-    return d_input, torch.mm(rows.t(), x), rows.sum(dim=0)
+    torch.mm(rows, w_x, out=d_input.view(steps * batch, features))
+    # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps, as two products
+    # into the two column blocks (no [T*B, S+I] copy of the inputs)
+    d_weights[:, :state].copy_(rows[batch:].t().mm(output[:-1].reshape(-1, state)))
+    d_weights[:, :state].addmm_(dg[0].t(), h0)
+    torch.mm(rows.t(), input.view(steps * batch, features), out=d_weights[:, state:])
+    torch.sum(rows, dim=0, out=d_bias)
 
 
 # ---- the ops -------------------------------------------------------------------------------------
@@ -121,10 +120,11 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     steps, batch, _ = input.shape
     state = h0.shape[1]
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
-    gates = input.new_empty(steps, batch, 3 * state)
+    gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
     if steps:
-        graphs.run(_forward_loop, (input, weights, bias, h0, c0), (output, cells, gates))
-    c_n = cells[steps - 1].clone() if steps else c0.clone()
+        graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates))
+    else:
+        c_n.copy_(c0)
     return output, c_n, cells, gates
 
 
@@ -138,15 +138,14 @@ def _forward_fake(input, weights, bias, h0, c0):
 def _backward_op(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor, c0: Tensor,
                  output: Tensor, cells: Tensor, gates: Tensor):
     """-> (d_input, d_weights, d_bias, d_h0, d_c0)."""
-    steps = input.shape[0]
-    if steps == 0:
+    if input.shape[0] == 0:
         return (torch.zeros_like(input), torch.zeros_like(weights), weights.new_zeros(weights.shape[0]),
                 torch.zeros_like(h0), grad_c_n.clone())
     tensors = [t.contiguous() for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
-    d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
-    graphs.run(_backward_loop, tensors, (d_gates, d_h0, d_c0))
-    d_input, d_weights, d_bias = _final_products(d_gates, tensors[2], tensors[3], tensors[4], tensors[6])
-    return d_input, d_weights, d_bias, d_h0, d_c0
+    grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
+             torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
+    graphs.run(_backward_loop, (*tensors, *grads))
+    return grads
 
 
 def _backward_fake(grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates):
