@@ -111,6 +111,7 @@ class Case:
     bytes_moved: dict[str, int] = field(default_factory=dict)  # per variant, for GB/s
     group: str = ""
     host_bound: bool = False  # small sizes: timed on the host, many calls and one synchronise
+    settings: list = field(default_factory=list)  # (owner, name, value): set while the case runs
 
 
 @dataclass
@@ -230,6 +231,11 @@ def run_case(case: Case, device: torch.device, rounds: int, round_seconds: float
     return Result(case.name, case.group, medians, ratios, gbps, rounds, reps, times)
 
 
+def case_rounds(case: Case, rounds: int) -> int:
+    """Sequence cases take milliseconds a call: 11 rounds at most keep the run short."""
+    return min(rounds, 11) if case.group.startswith("sequence") else rounds
+
+
 # ---- cases -----------------------------------------------------------------------------------
 
 def round_cases(device, numel, dtype, compiled_idiom):
@@ -307,6 +313,73 @@ def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False, fl
     return cases
 
 
+# The sizes of the sequence cases: (T, B, I, S).
+SEQUENCE_SIZES = [(8, 32, 8, 64), (50, 64, 256, 512), (100, 256, 512, 1024)]
+# float32 twice (like with like: TF32 off on both sides, then on for both), bfloat16 as it is
+SEQUENCE_PRECISIONS = {"float32 TF32 off": (torch.float32, False), "float32 TF32 on": (torch.float32, True),
+                       "bfloat16": (torch.bfloat16, None)}
+CUDNN = "nn.LSTM"  # cuDNN's fused LSTM on a GPU
+CELL_LOOP = "lltm_cell loop"
+
+
+def tf32_settings(tf32):
+    """TF32 for torch's matmuls and for cuDNN, both on or both off (None: leave them)."""
+    if tf32 is None:
+        return []
+    return [(torch.backends.cuda.matmul, "allow_tf32", tf32), (torch.backends.cudnn, "allow_tf32", tf32)]
+
+
+def cell_loop(cell):
+    """The cell stepped over the sequence in Python: (input, weights, bias, h0, c0) -> output."""
+    def loop(input, weights, bias, h0, c0):
+        h, c, outs = h0, c0, []
+        for x in input.unbind(0):
+            h, c = cell(x, weights, bias, h, c)
+            outs.append(h)
+        return torch.stack(outs)
+    return loop
+
+
+def sequence_cases(device, steps, batch, features, state, label, compiled=True):
+    """Forward+backward over a whole sequence: lltm_sequence against cuDNN's LSTM of the same
+    T, B, I, S and against cell loops; timed as wall time per sequence (host-bound calls
+    included) and, on a GPU, as GPU time."""
+    dtype, tf32 = SEQUENCE_PRECISIONS.get(label, (torch.float32, None))
+    tag = f"(T,B,I,S)=({steps},{batch},{features},{state})"
+    kw = dict(device=device, dtype=dtype)
+    x = torch.randn(steps, batch, features, **kw, requires_grad=True)
+    weights = (torch.randn(3 * state, state + features, **kw) / math.sqrt(state)).requires_grad_()
+    bias = torch.zeros(3 * state, **kw, requires_grad=True)
+    h0, c0 = torch.randn(batch, state, **kw), torch.randn(batch, state, **kw)
+    grad = torch.randn(steps, batch, state, **kw)
+    lstm = torch.nn.LSTM(features, state).to(**kw)
+    lstm_params = [x] + list(lstm.parameters())
+    params = [x, weights, bias]
+
+    def ours():
+        output, _ = pyroundlib.lltm_sequence(x, weights, bias, (h0, c0))
+        return torch.autograd.grad(output, params, grad)
+
+    def cudnn():
+        output, _ = lstm(x, (h0.unsqueeze(0), c0.unsqueeze(0)))
+        return torch.autograd.grad(output, lstm_params, grad)
+
+    def loop(fn):
+        return lambda: torch.autograd.grad(fn(x, weights, bias, h0, c0), params, grad)
+
+    variants = {OURS: ours, CUDNN: cudnn, CELL_LOOP: loop(cell_loop(pyroundlib.lltm_cell)),
+                "cell loop eager": loop(cell_loop(lltm_cell_reference))}
+    if compiled and device.type == "cuda":
+        variants["cell loop compiled"] = loop(torch.compile(cell_loop(lltm_cell_reference), fullgraph=True,
+                                                            mode="reduce-overhead"))
+    settings = tf32_settings(tf32) if device.type == "cuda" else []
+    name = f"LLTM sequence fwd+bwd, {tag}, {label}"
+    cases = [Case(f"{name}, wall", variants, group="sequence", host_bound=True, settings=settings)]
+    if device.type == "cuda":
+        cases.append(Case(f"{name}, GPU time", dict(variants), group="sequence-gpu", settings=settings))
+    return cases
+
+
 def numel_name(n):
     return f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else str(n)
 
@@ -324,6 +397,12 @@ def targets(results: dict[str, Result], device_type: str):
         if r is not None and peer in r.ratios:
             rows.append((what, r.ratios[peer], limit, r.ratios[peer] <= limit))
 
+    for r in results.values():
+        if r.group == "sequence" and r.case.endswith(", wall"):
+            what = r.case.replace("LLTM sequence fwd+bwd, ", "sequence ").replace(", wall", "")
+            add(r.case, CUDNN, 0.8 if r.case.startswith("CPU") else 0.5, f"{what} / {CUDNN}")
+            if not r.case.startswith("CPU"):
+                add(r.case, CELL_LOOP, 0.25, f"{what} / {CELL_LOOP}")
     if device_type == "cuda":
         for dt in ("float32", "bfloat16"):
             add(f"round forward, 2^28 {dt}", "copy (same bytes)", 1.05, f"round fwd 2^28 {dt} / copy")
@@ -451,6 +530,8 @@ def main(argv=None):
                         help="diagnostic, not the targets' setting: run every backward on the calling thread "
                              "(torch.autograd.set_multithreading_enabled(False)) instead of the autograd "
                              "engine's per-device thread, to show what the hand-off costs each variant")
+    parser.add_argument("--no-compiled-sequences", action="store_true",
+                        help="leave the torch.compile'd cell loop out of the sequence cases (it compiles ~30 s a size)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args(argv)
 
@@ -486,18 +567,30 @@ def _run(args, device, rounds, round_seconds, info, notes):
             for n in (2**12, 2**20):
                 cases += round_cases(device, n, dtype, compiled_idiom)
         cases += lltm_cases(device, 256, 512, 1024, compiled_lltm)
+    if device.type == "cuda":
+        for label in SEQUENCE_PRECISIONS:
+            for t, b, i, s in SEQUENCE_SIZES[:2] if args.quick else SEQUENCE_SIZES:
+                # the compiled loop takes ~30 s to compile per size: only in the like-with-like float32 case
+                cases += sequence_cases(device, t, b, i, s, label, compiled=label == "float32 TF32 off"
+                                        and not args.no_compiled_sequences)
+    cpu_sequence = sequence_cases(torch.device("cpu"), *SEQUENCE_SIZES[0], "float32")
+    for case in cpu_sequence:
+        case.name = "CPU: " + case.name
     # the CPU path at the tutorial's size, in every run
     cpu_case = lltm_cases(torch.device("cpu"), 16, 32, 128, compiled_lltm, floor=True)[1]
     cpu_case.name = "CPU: " + cpu_case.name
     cpu_case.variants.pop("compiled")  # the CPU target is against eager
     cpu_case.group = "cpu"
 
-    cases = [c for c in cases + [cpu_case] if any(part in c.name for part in args.only.split("|"))]
+    cases = [c for c in cases + [cpu_case] + cpu_sequence if any(part in c.name for part in args.only.split("|"))]
     results: dict[str, Result] = {}
     with torch.autograd.set_multithreading_enabled(not args.backward_on_calling_thread):
         for case in cases:
-            on = torch.device("cpu") if case is cpu_case else device
-            results[case.name] = run_case(case, on, rounds, round_seconds)
+            on = torch.device("cpu") if case.name.startswith("CPU") else device
+            with contextlib.ExitStack() as stack:
+                for owner, name, value in case.settings:
+                    notes.append(dict(stack.enter_context(setting(owner, name, value)), case=case.name))
+                results[case.name] = run_case(case, on, case_rounds(case, rounds), round_seconds)
             print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
                   flush=True)
 

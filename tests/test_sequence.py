@@ -198,10 +198,18 @@ def test_compile_fullgraph(device, dynamic):
 def test_opcheck(device, dtype):
     args = [a.detach() for a in seq_args(3, 2, 4, 5, dtype, device)]
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward.default, args)
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward.default,
+                          [a.clone().requires_grad_() for a in args])
     output, c_n, cells, gates = torch.ops.pyroundlib.lltm_sequence_forward(*args)
     grads = (torch.randn_like(output), torch.randn_like(c_n))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_backward.default,
                           (*grads, args[0], args[1], args[3], args[4], output, cells, gates))
+
+
+def test_forward_op_is_differentiable_on_its_own():
+    args = seq_args(3, 2, 3, 4, torch.float64, "cpu")
+    assert torch.autograd.gradcheck(lambda *a: torch.ops.pyroundlib.lltm_sequence_forward(*a)[:2], args)
+    assert torch.autograd.gradgradcheck(lambda *a: torch.ops.pyroundlib.lltm_sequence_forward(*a)[:2], args)
 
 
 def test_meta_tensors():
