@@ -372,7 +372,7 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
     if compiled and device.type == "cuda":
         variants["cell loop compiled"] = loop(torch.compile(cell_loop(lltm_cell_reference), fullgraph=True,
                                                             mode="reduce-overhead"))
-    settings = tf32_settings(tf32) if device.type == "cuda" else []
+    settings = tf32_settings(tf32)
     name = f"LLTM sequence fwd+bwd, {tag}, {label}"
     cases = [Case(f"{name}, wall", variants, group="sequence", host_bound=True, settings=settings)]
     if device.type == "cuda":
@@ -549,6 +549,21 @@ def main(argv=None):
         return _run(args, device, rounds, round_seconds, info, [note])
 
 
+def run_cases(cases, device, rounds, round_seconds, notes) -> dict[str, Result]:
+    """Each case on its device (the "CPU: " ones on the CPU), with its settings applied while
+    it runs (and restored after, even when it fails); each applied setting is noted."""
+    results: dict[str, Result] = {}
+    for case in cases:
+        on = torch.device("cpu") if case.name.startswith("CPU") else device
+        with contextlib.ExitStack() as stack:
+            for owner, name, value in case.settings:
+                notes.append(dict(stack.enter_context(setting(owner, name, value)), case=case.name))
+            results[case.name] = run_case(case, on, case_rounds(case, rounds), round_seconds)
+        print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
+              flush=True)
+    return results
+
+
 def _run(args, device, rounds, round_seconds, info, notes):
     compiled_idiom = torch.compile(round_ste_reference, dynamic=False)
     compiled_lltm = torch.compile(lltm_cell_reference, dynamic=False)
@@ -583,16 +598,8 @@ def _run(args, device, rounds, round_seconds, info, notes):
     cpu_case.group = "cpu"
 
     cases = [c for c in cases + [cpu_case] + cpu_sequence if any(part in c.name for part in args.only.split("|"))]
-    results: dict[str, Result] = {}
     with torch.autograd.set_multithreading_enabled(not args.backward_on_calling_thread):
-        for case in cases:
-            on = torch.device("cpu") if case.name.startswith("CPU") else device
-            with contextlib.ExitStack() as stack:
-                for owner, name, value in case.settings:
-                    notes.append(dict(stack.enter_context(setting(owner, name, value)), case=case.name))
-                results[case.name] = run_case(case, on, case_rounds(case, rounds), round_seconds)
-            print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
-                  flush=True)
+        results = run_cases(cases, device, rounds, round_seconds, notes)
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")
     meta = {"device": device_name, "device_type": device.type, "date": datetime.date.today().isoformat(),

@@ -72,13 +72,13 @@ def test_run_without_the_inductor_setting(tmp_path, monkeypatch):
     """On a torch whose torch.compile has no such setting, the benchmark still runs, and
     its results say the setting was not applied."""
     monkeypatch.setattr(bench, "inductor_config", lambda: None)
-    bench.main(["--device", "cpu", "--only", "CPU: LLTM", "--rounds", "1", "--out", str(tmp_path)])
+    bench.main(["--device", "cpu", "--only", "CPU: LLTM forward", "--rounds", "1", "--out", str(tmp_path)])
     (note,) = json.loads((tmp_path / "results.json").read_text())["meta"]["settings"]
     assert note["applied"] is False
 
 
 def test_one_case_run_writes_results(tmp_path):
-    bench.main(["--device", "cpu", "--only", "CPU: LLTM", "--rounds", "2", "--out", str(tmp_path)])
+    bench.main(["--device", "cpu", "--only", "CPU: LLTM forward", "--rounds", "2", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "results.json").read_text())
     (result,) = data["results"]
     assert result["case"] == "CPU: LLTM forward+backward, (B,I,S)=(16,32,128)"
@@ -90,6 +90,28 @@ def test_one_case_run_writes_results(tmp_path):
     assert note["setting"].endswith("config.compile_threads") and note["wanted"] == 1
     assert note["applied"] is hasattr(bench.inductor_config(), "compile_threads")
     assert "| CPU: LLTM forward+backward" in (tmp_path / "results.md").read_text()
+
+
+def test_sequence_case_runs_and_is_targeted(tmp_path):
+    bench.main(["--device", "cpu", "--only", "CPU: LLTM sequence", "--rounds", "1", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    (result,) = data["results"]
+    assert set(result["medians"]) == {bench.OURS, bench.CUDNN, bench.CELL_LOOP, "cell loop eager"}
+    (target,) = data["targets"]
+    assert target["limit"] == 0.8 and bench.CUDNN in target["target"]
+
+
+def test_case_settings_apply_while_it_runs_and_are_restored(monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench, "run_case", lambda case, *a: seen.append(
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)) or 1 / 0)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    cases = bench.sequence_cases(torch.device("cpu"), 2, 2, 3, 4, "float32 TF32 on", compiled=False)
+    with pytest.raises(ZeroDivisionError):  # a case that fails still restores its settings
+        bench.run_cases(cases, torch.device("cpu"), 1, 1e-9, notes := [])
+    assert seen == [(True, True)]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    assert [n["applied"] for n in notes] == [True, True]
 
 
 def test_rounds_vary_each_variants_predecessor():
@@ -135,7 +157,7 @@ def test_backward_on_calling_thread_is_recorded_and_undone(tmp_path, monkeypatch
         return run_case(*args, **kwargs)
 
     monkeypatch.setattr(bench, "run_case", spy)
-    bench.main(["--device", "cpu", "--only", "CPU: LLTM", "--rounds", "1", "--backward-on-calling-thread",
+    bench.main(["--device", "cpu", "--only", "CPU: LLTM forward", "--rounds", "1", "--backward-on-calling-thread",
                 "--out", str(tmp_path)])
     assert seen == [False]  # the case ran with the engine's device threads off
     assert torch._C._is_multithreading_enabled()  # and they are back on afterwards
