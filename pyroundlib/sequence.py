@@ -11,8 +11,8 @@ single products / a reduction over all steps at the end.
 Layers, as for the cell:
 - ``pyroundlib::lltm_sequence_forward`` / ``lltm_sequence_backward``: the two loops as torch
   ops (native kernels + torch GEMMs, fake implementations for torch.compile and export).
-  On CUDA each loop is captured once per shape into a CUDA graph and replayed
-  (``graphs.py``), unless a capture is already under way (then it is captured into that).
+  On CUDA the loops are captured into CUDA graphs and replayed when a call repeats
+  (``graphs.py``), unless a capture is already under way (then they are captured into that).
 - ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
   mode ``jvp``); when a graph of the gradient is being built, its backward runs as
   differentiable torch ops instead (double backward, torch.func).
@@ -121,7 +121,7 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
     if steps:
-        graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates))
+        graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5)
     else:
         c_n.copy_(c0)
     return output, c_n, cells, gates
@@ -143,7 +143,7 @@ def _backward_op(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: 
     tensors = [t.contiguous() for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
     grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
              torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
-    graphs.run(_backward_loop, (*tensors, *grads))
+    graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors))
     return grads
 
 
