@@ -11,16 +11,18 @@ so such a loop can be captured into a ``torch.cuda.CUDAGraph`` and replayed:
   blocks each iteration: the loop is captured over the call's own tensors and replayed
   from then on, with no copies (a graph reads and writes exactly the addresses it was
   captured with, which are then this call's own live tensors).
-- The same shapes with other tensors: the loop is captured over private copies, and a
+- The same shapes with other tensors, for a loop long enough that copies pay: after the
+  shape has been run twice as it is, the loop is captured over private copies, and a
   replay copies the inputs in and the outputs out (the copies cost host time and
   memory: one more set of the call's tensors per such graph).
-- The first call of a shape runs the loop as it is (which also warms cuBLAS up for a
+- Otherwise the loop runs as it is (the first sighting also warms cuBLAS up for a
   capture); so does every call on the CPU, while another capture is under way (the loop
   is then captured into that one: CUDA graphs, ``torch.compile(mode="reduce-overhead")``),
   or with ``PYROUNDLIB_CUDA_GRAPHS=0`` in the environment.
 
-At most ``MAX_GRAPHS`` entries are kept, least recently used dropped (with the memory
-their graphs hold).
+Graphs are kept per loop, device, stream, matmul settings (TF32, reduced-precision
+reductions: they pick the GEMM kernels a graph replays), shapes and dtypes; at most
+``MAX_GRAPHS``, least recently used dropped (with the memory they hold).
 """
 import os
 import threading
@@ -32,10 +34,12 @@ from . import _common
 
 ENV_VAR = "PYROUNDLIB_CUDA_GRAPHS"
 MAX_GRAPHS = 32
-_SEEN = object()  # a call or a shape seen once: not captured yet
+MAX_SEEN = 256
+SIGHTINGS_BEFORE_COPIES = 2  # shapes seen this often with other tensors get a graph over copies
 
 _lock = threading.Lock()
-_graphs: "OrderedDict[tuple, object]" = OrderedDict()
+_graphs: "OrderedDict[tuple, object]" = OrderedDict()  # captured graphs, least recently used first
+_seen: "OrderedDict[tuple, int]" = OrderedDict()  # calls and shapes run as they are, how often
 
 
 def enabled() -> bool:
@@ -66,46 +70,60 @@ class _OverCopies:
             t.copy_(mine)
 
 
-def run(loop, tensors, inputs: int) -> None:
-    """``loop(*tensors)``, replayed from a CUDA graph where possible (see the module)."""
+def _matmul_settings() -> tuple:
+    """What decides which GEMM kernels torch picks, and so what a captured graph replays:
+    a graph captured with TF32 off must not serve a call made with it on."""
+    matmul = torch.backends.cuda.matmul
+    return (torch.get_float32_matmul_precision(), matmul.allow_fp16_reduced_precision_reduction,
+            matmul.allow_bf16_reduced_precision_reduction, torch.are_deterministic_algorithms_enabled())
+
+
+def run(loop, tensors, inputs: int, copies_pay: bool) -> None:
+    """``loop(*tensors)``, replayed from a CUDA graph where possible (see the module).
+    ``copies_pay``: whether a graph over copies beats the loop run as it is (a short loop
+    launches about as few kernels as the copies take)."""
     first = tensors[0]
     if not first.is_cuda or not enabled() or torch.cuda.is_current_stream_capturing():
         loop(*tensors)
         return
-    where = (loop, first.device, _common.current_stream_handle(first.get_device()))
-    shapes = tuple((t.shape, t.dtype) for t in tensors)
-    call = where + shapes + tuple(t.data_ptr() for t in tensors)
-    shape = where + shapes
+    shape = (loop, first.device, _common.current_stream_handle(first.get_device()), _matmul_settings(),
+             tuple((t.shape, t.dtype) for t in tensors))
+    call = shape + tuple(t.data_ptr() for t in tensors)
     with _lock:  # one thread at a time captures, and enqueues copies and replays
-        graph, over_copies = _graphs.get(call), _graphs.get(shape)
-        if isinstance(graph, torch.cuda.CUDAGraph):
-            _remember(call, graph)
+        graph = _graphs.get(call)
+        if graph is None and call in _seen:  # this very call again: capture over its tensors
+            graph = _remember(call, _capture(loop, tensors, first.device))
+        if graph is not None:
+            _graphs.move_to_end(call)
             graph.replay()  # on the current stream
-        elif isinstance(over_copies, _OverCopies):
-            _remember(shape, over_copies)
+            return
+        over_copies = _graphs.get(shape)
+        if over_copies is None and copies_pay and _seen.get(shape, 0) >= SIGHTINGS_BEFORE_COPIES:
+            over_copies = _remember(shape, _OverCopies(loop, tensors, inputs))
+        if over_copies is not None:
+            _graphs.move_to_end(shape)
             over_copies(tensors)
-        elif graph is _SEEN:  # this very call again
-            graph = _capture(loop, tensors, first.device)
-            _remember(call, graph)
-            graph.replay()
-        elif over_copies is _SEEN:  # this shape again, with other tensors
-            over_copies = _OverCopies(loop, tensors, inputs)
-            _remember(shape, over_copies)
-            over_copies(tensors)
-        else:
-            loop(*tensors)
-            _remember(call, _SEEN)
-            _remember(shape, _SEEN)
+            return
+        loop(*tensors)
+        _see(call)
+        _see(shape)
 
 
-def _remember(key, entry) -> None:
-    _graphs[key] = entry
-    _graphs.move_to_end(key)
+def _remember(key, graph):
+    _graphs[key] = graph
     while len(_graphs) > MAX_GRAPHS:
         _graphs.popitem(last=False)
+    return graph
+
+
+def _see(key) -> None:
+    _seen[key] = _seen.pop(key, 0) + 1
+    while len(_seen) > MAX_SEEN:
+        _seen.popitem(last=False)
 
 
 def clear() -> None:
     """Drop every captured graph (and the memory its pool holds)."""
     with _lock:
         _graphs.clear()
+        _seen.clear()

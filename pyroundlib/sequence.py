@@ -30,6 +30,11 @@ from .lltm import (LLTMParameters, _activations, _backward_differentiable, _back
                    _pointwise_jvp)
 
 
+# A replay over copies (graphs.py) copies 9 to 14 tensors; a loop launches two kernels a
+# step: from this many steps on, the replay costs less host time than the loop.
+COPIES_PAY_FROM_STEPS = 16
+
+
 # ---- argument checks -------------------------------------------------------------------------
 
 def _check_sequence_args(input, weights, bias, h0, c0) -> None:
@@ -121,7 +126,8 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
     if steps:
-        graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5)
+        graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5,
+                   copies_pay=steps >= COPIES_PAY_FROM_STEPS)
     else:
         c_n.copy_(c0)
     return output, c_n, cells, gates
@@ -143,7 +149,8 @@ def _backward_op(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: 
     tensors = [t.contiguous() for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
     grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
              torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
-    graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors))
+    graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),
+               copies_pay=input.shape[0] >= COPIES_PAY_FROM_STEPS)
     return grads
 
 

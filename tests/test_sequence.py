@@ -282,7 +282,7 @@ def test_graph_replay_matches_plain_loops(monkeypatch, keep_results):
     give, bit for bit: over the call's own tensors when a call repeats (a training loop drops
     its results, so the caching allocator hands out the same blocks), over copies when only
     the shapes repeat (results kept alive: new tensors each call)."""
-    args = seq_args(9, 5, 6, 32, torch.float32, "cuda")
+    args = seq_args(17, 5, 6, 32, torch.float32, "cuda")  # long enough for a replay over copies
     monkeypatch.setenv(graphs.ENV_VAR, "0")
     outs = ours(*args)
     want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
@@ -300,6 +300,23 @@ def test_graph_replay_matches_plain_loops(monkeypatch, keep_results):
         del outs, got
     kind = graphs._OverCopies if keep_results else torch.cuda.CUDAGraph
     assert sum(isinstance(g, kind) for g in graphs._graphs.values()) >= 2  # the forward and the backward loop
+
+
+@requires_cuda
+def test_graphs_follow_the_matmul_precision(monkeypatch):
+    """A graph captured with TF32 off is not replayed for a call with TF32 on."""
+    args = [a.detach() for a in seq_args(20, 64, 128, 128, torch.float32, "cuda")]
+    results = {}
+    for graphs_on in ("0", "1"):
+        monkeypatch.setenv(graphs.ENV_VAR, graphs_on)
+        graphs.clear()
+        for tf32 in (False, False, False, True, True, True):
+            monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+            results.setdefault((graphs_on, tf32), []).append(ours(*args)[0])
+    for tf32 in (False, True):
+        for got in results[("1", tf32)]:
+            assert torch.equal(got, results[("0", tf32)][0])
+    assert not torch.equal(results[("0", True)][0], results[("0", False)][0])  # TF32 did change the GEMMs
 
 
 @requires_two_gpus
