@@ -30,9 +30,10 @@ from .lltm import (LLTMParameters, _activations, _backward_differentiable, _back
                    _pointwise_jvp)
 
 
-# A replay over copies (graphs.py) copies 9 to 14 tensors; a loop launches two kernels a
-# step: from this many steps on, the replay costs less host time than the loop.
-COPIES_PAY_FROM_STEPS = 16
+# A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
+# replays; the loops launch about 2T + 2 and 2T + 8 kernels: from this many steps on, the
+# replay costs less host time than the loop run as it is.
+COPIES_PAY_FROM_STEPS = 4
 
 
 # ---- argument checks -------------------------------------------------------------------------
