@@ -1,10 +1,11 @@
-"""Digits as sequences: ``pyroundlib.LLTM`` against ``torch.nn.LSTMCell``.
+"""Digits as sequences: ``pyroundlib.LLTMLayer`` against ``torch.nn.LSTM``.
 
 Each 8x8 digit is read one row at a time, as a sequence of 8 time steps of 8 pixels.  A
-recurrent cell carries a hidden state along the rows, and a Linear layer classifies the
+recurrent layer carries a hidden state along the rows, and a Linear layer classifies the
 digit from the final hidden state.  The same model is trained twice, identically (same
-seed, batches, optimiser and epochs), once with ``pyroundlib.LLTM`` (its pointwise steps
-run in pyroundlib's native kernels) and once with PyTorch's ``nn.LSTMCell`` of the same
+seed, batches, optimiser and epochs), once with ``pyroundlib.LLTMLayer`` (the LLTM cell
+over the whole sequence as one op: its pointwise steps run in pyroundlib's native
+kernels) and once with PyTorch's ``nn.LSTM`` (cuDNN's fused LSTM on a GPU) of the same
 state size.  The LLTM is a simplified LSTM: three gate blocks instead of four and no forget
 gate, so it has fewer parameters and its cell state only accumulates.  The two are trained
 epoch by epoch in turn, so that whatever else runs on the machine slows both alike.
@@ -15,7 +16,7 @@ after ``make`` (any folder works as long as ``pyroundlib`` is importable):
 
     PYTHONPATH=. python3 examples/sequence_digits.py [--epochs 60] [--out examples/output]
 
-Reports test accuracy and training time per epoch of both cells; writes
+Reports test accuracy and training time per epoch of both layers; writes
 ``sequence_digits.png`` (training loss curves) and ``sequence_digits.json`` to ``--out``.
 """
 from __future__ import annotations
@@ -46,25 +47,21 @@ LEARNING_RATE = 5e-3
 
 
 class RowReader(nn.Module):
-    """Reads images row by row with a recurrent cell and classifies from the final hidden state.
+    """Reads images row by row with a recurrent layer and classifies from the final hidden state.
 
-    ``cell`` is any module called as ``cell(input, (h, c)) -> (new_h, new_c)``, as both
-    ``pyroundlib.LLTM`` and ``torch.nn.LSTMCell`` are.
+    ``layer`` is a batch-first module called as ``layer(input) -> (output, (h_n, c_n))``,
+    as both ``pyroundlib.LLTMLayer`` and ``torch.nn.LSTM`` are (the state starts at zeros).
     """
 
-    def __init__(self, cell: nn.Module, state_size: int = STATE_SIZE):
+    def __init__(self, layer: nn.Module, state_size: int = STATE_SIZE):
         super().__init__()
-        self.cell = cell
-        self.state_size = state_size
+        self.layer = layer
         self.classify = nn.Linear(state_size, CLASSES)
 
     def forward(self, images: Tensor) -> Tensor:
         """images [batch, rows, pixels per row] -> logits [batch, classes]"""
-        h = images.new_zeros(len(images), self.state_size)
-        c = torch.zeros_like(h)
-        for row in images.unbind(dim=1):
-            h, c = self.cell(row, (h, c))
-        return self.classify(h)
+        _, (h, _) = self.layer(images)
+        return self.classify(h.reshape(len(images), -1))  # nn.LSTM's h_n has a leading layer dimension
 
 
 def pick_device() -> torch.device:
@@ -76,10 +73,10 @@ def pick_device() -> torch.device:
 def make_models(device: torch.device) -> dict[str, RowReader]:
     """The two contenders, each initialised from the same seed."""
     torch.manual_seed(SEED)
-    lltm = RowReader(pyroundlib.LLTM(ROW_PIXELS, STATE_SIZE))
+    lltm = RowReader(pyroundlib.LLTMLayer(ROW_PIXELS, STATE_SIZE, batch_first=True))
     torch.manual_seed(SEED)
-    lstm = RowReader(nn.LSTMCell(ROW_PIXELS, STATE_SIZE))
-    return {"pyroundlib.LLTM": lltm.to(device), "torch.nn.LSTMCell": lstm.to(device)}
+    lstm = RowReader(nn.LSTM(ROW_PIXELS, STATE_SIZE, batch_first=True))
+    return {"pyroundlib.LLTMLayer": lltm.to(device), "torch.nn.LSTM": lstm.to(device)}
 
 
 def load_data(device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -154,9 +151,9 @@ def save_loss_curves(results: dict[str, dict], path: Path) -> None:
 def summary(report: dict) -> str:
     lines = [f"Digits read row by row (8 steps x 8 pixels), state size {STATE_SIZE}, {report['train_size']} train / "
              f"{report['test_size']} test, {report['epochs']} epochs on {report['device']}",
-             f"{'cell':<18}  {'params':>6}  {'test accuracy':>13}  {'s/epoch (median)':>16}"]
+             f"{'layer':<20}  {'params':>6}  {'test accuracy':>13}  {'s/epoch (median)':>16}"]
     for name, r in report["models"].items():
-        lines.append(f"{name:<18}  {r['parameters']:>6}  {r['test_accuracy']:>13.1%}  "
+        lines.append(f"{name:<20}  {r['parameters']:>6}  {r['test_accuracy']:>13.1%}  "
                      f"{r['median_epoch_seconds']:>16.3f}")
     lines += ["s/epoch: median training time of an epoch (forward, backward, optimiser step)",
               f"total time {report['seconds']:.1f} s"]
@@ -165,7 +162,7 @@ def summary(report: dict) -> str:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=60, help="training epochs for each cell (default: 60)")
+    parser.add_argument("--epochs", type=int, default=60, help="training epochs for each layer (default: 60)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="folder for the PNG and JSON (default: examples/output, next to this script)")
     return parser.parse_args()

@@ -93,18 +93,21 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
     code = DTYPE_CODES[input.dtype]
     w_h, w_x = weights[:, :state], weights[:, state:]
     d_gates = torch.empty_like(gates)
-    grads, dg = grad_output.unbind(0), d_gates.unbind(0)
+    # d_h[t], the gradient reaching step t's new_h: grad_output[t], to which step t + 1 adds
+    # its d_gates @ W_h in place (one copy up front, no copy per step)
+    d_h = grad_output.clone()
+    dg, d_h_steps = d_gates.unbind(0), d_h.unbind(0)
     g_ptr, dg_ptr, c_ptr = _pointers(gates), _pointers(d_gates), [c0.data_ptr()] + _pointers(cells)[:-1]
-    d_h = grad_output[steps - 1].clone()
+    h_ptr = _pointers(d_h)
     # d_cell ping-pongs between two buffers (a kernel's input and output must not overlap);
     # the last step writes d_c0 itself
     d_cell = [grad_c_n.clone(), torch.empty_like(d_c0)]
     for t in range(steps - 1, -1, -1):
         d_cell_out = d_c0 if t == 0 else d_cell[1]
-        _backward_kernel(input, d_h.data_ptr(), d_cell[0].data_ptr(), g_ptr[t], c_ptr[t], dg_ptr[t],
-                         d_cell_out.data_ptr(), None, batch, state, code)
+        _backward_kernel(input, h_ptr[t], d_cell[0].data_ptr(), g_ptr[t], c_ptr[t], dg_ptr[t], d_cell_out.data_ptr(),
+                         None, batch, state, code)
         if t:
-            torch.addmm(grads[t - 1], dg[t], w_h, out=d_h)
+            d_h_steps[t - 1].addmm_(dg[t], w_h)
         d_cell.reverse()
     torch.mm(dg[0], w_h, out=d_h0)
     rows = d_gates.view(steps * batch, 3 * state)
