@@ -76,25 +76,26 @@ def _lltm_forward_fake(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]
 
 
 def _lltm_backward_op(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
-                      old_cell: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+                      old_cell: Tensor, bias: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
     """Pointwise LLTM backward: -> (d_gates [B, 3S], d_old_cell [B, S], d_bias [3S]), where
-    d_bias = d_gates.sum(0) is the bias gradient.  A None gradient is zero."""
+    d_bias = d_gates.sum(0) is the bias gradient (with bias=False: not computed, an empty
+    tensor).  A None gradient is zero."""
     batch, state = _check_pointwise(gates, old_cell)
     for name, grad in (("grad_h", grad_h), ("grad_cell", grad_cell)):
         if grad is not None:
             check_like(name, grad, "old_cell", old_cell)
             check_shape(name, grad, (batch, state), "[batch, state]")
-    fuse_bias = not gates.is_cuda or batch <= FUSED_BIAS_MAX_CUDA_BATCH
+    fuse_bias = bias and (not gates.is_cuda or batch <= FUSED_BIAS_MAX_CUDA_BATCH)
     d_gates, d_old_cell, d_bias = _lltm_backward(grad_h, grad_cell, gates, old_cell, with_bias=fuse_bias)
     if d_bias is None:
-        d_bias = d_gates.sum(dim=0)
+        d_bias = d_gates.sum(dim=0) if bias else gates.new_empty(0)
     return d_gates, d_old_cell, d_bias
 
 
-def _lltm_backward_fake(grad_h, grad_cell, gates, old_cell):
+def _lltm_backward_fake(grad_h, grad_cell, gates, old_cell, bias=True):
     return torch.empty_like(gates, memory_format=torch.contiguous_format), \
         torch.empty_like(old_cell, memory_format=torch.contiguous_format), \
-        gates.new_empty(gates.shape[1])
+        gates.new_empty(gates.shape[1] if bias else 0)
 
 
 def _activations(gates: Tensor, old_cell: Tensor):
@@ -126,8 +127,8 @@ def _pointwise_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], g
     is recording (``create_graph=True``, torch.func)."""
     if torch.is_grad_enabled():
         return _backward_differentiable(grad_h, grad_cell, gates, old_cell)
-    d_gates, d_old_cell, _ = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
-    return d_gates, d_old_cell
+    d_gates, d_old_cell, _ = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell, False)
+    return d_gates, d_old_cell  # autograd's addmm backward sums the bias gradient
 
 
 def _pointwise_jvp(gates: Tensor, old_cell: Tensor, t_gates: Optional[Tensor],
@@ -158,7 +159,8 @@ def _lltm_forward_backward(ctx, grad_h, grad_cell):
 # only when no graph of the gradient is being built.
 define_op("lltm_forward(Tensor gates, Tensor old_cell) -> (Tensor, Tensor)", _lltm_forward_op, _lltm_forward_fake,
           backward=_lltm_forward_backward, setup_context=_lltm_forward_setup)
-define_op("lltm_backward(Tensor? grad_h, Tensor? grad_cell, Tensor gates, Tensor old_cell) -> (Tensor, Tensor, Tensor)",
+define_op("lltm_backward(Tensor? grad_h, Tensor? grad_cell, Tensor gates, Tensor old_cell, bool bias=True) "
+          "-> (Tensor, Tensor, Tensor)",
           _lltm_backward_op, _lltm_backward_fake)
 
 

@@ -233,6 +233,10 @@ def test_opcheck_lltm_ops(device, dtype):
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (None, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, None, gates, old_cell))
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, grad, gates, old_cell, False))
+    d_gates, _, no_bias = torch.ops.pyroundlib.lltm_backward(grad, grad, gates, old_cell, False)
+    assert no_bias.numel() == 0
+    torch.testing.assert_close(d_gates, torch.ops.pyroundlib.lltm_backward(grad, grad, gates, old_cell)[0])
     args = make_args(3, 5, 4, dtype, device)
     torch.library.opcheck(torch.ops.pyroundlib.lltm_cell.default, args)
 
