@@ -1,6 +1,9 @@
 """lltm_sequence / LLTMLayer against a loop of the plain-PyTorch cell: forward, every
 gradient, the workflows (torch.func, double backward, autocast, torch.compile) and, on a
 GPU, streams, CUDA graphs and the per-shape graph replay."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -8,7 +11,7 @@ import pyroundlib
 from pyroundlib import graphs
 from pyroundlib.reference import lltm_cell_reference
 
-from conftest import TOLERANCES, requires_cuda, requires_two_gpus
+from conftest import TOLERANCES, requires_cuda, requires_two_gpus, subprocess_env
 
 func = torch.func
 ARGNUMS = (0, 1, 2, 3, 4)
@@ -210,6 +213,27 @@ def test_forward_op_is_differentiable_on_its_own():
     args = seq_args(3, 2, 3, 4, torch.float64, "cpu")
     assert torch.autograd.gradcheck(lambda *a: torch.ops.pyroundlib.lltm_sequence_forward(*a)[:2], args)
     assert torch.autograd.gradgradcheck(lambda *a: torch.ops.pyroundlib.lltm_sequence_forward(*a)[:2], args)
+
+
+def test_export_save_load_in_a_fresh_process(tmp_path):
+    layer = pyroundlib.LLTMLayer(4, 6, batch_first=True)
+    x = torch.randn(3, 5, 4)
+    program = torch.export.export(layer, (x,))
+    assert any("lltm_sequence_forward" in str(n.target) for n in program.graph.nodes if n.op == "call_function")
+    path, data = str(tmp_path / "layer.pt2"), str(tmp_path / "data.pt")
+    torch.export.save(program, path)
+    x = torch.randn(3, 5, 4)
+    output, (h, c) = layer(x)
+    torch.save({"x": x, "want": (output, h, c)}, data)
+    code = ("import torch, pyroundlib\n"
+            f"program = torch.export.load({path!r})\n"
+            f"data = torch.load({data!r})\n"
+            "output, (h, c) = program.module()(data['x'])\n"
+            "torch.testing.assert_close((output, h, c), data['want'])\n"
+            "print('OK')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
+                          timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_meta_tensors():
