@@ -178,10 +178,11 @@ def test_autocast(device):
     grads = torch.autograd.grad(weighted_loss((output.float(), h.float(), c.float())), list(layer.parameters()))
     ref_grads = torch.autograd.grad(weighted_loss(tuple(w.float() for w in want)), list(layer.parameters()))
     assert all(g.dtype == torch.float32 for g in grads)
-    tol = dict(rtol=5e-2, atol=5e-2)
-    torch.testing.assert_close((output.float(), h.float(), c.float()), tuple(w.float() for w in want), **tol)
-    for g, r in zip(grads, ref_grads):
-        torch.testing.assert_close(g, r, **tol)
+    # two low-precision computations, rounded in different places: a tolerance scaled by each
+    # tensor's largest value (a weight gradient sums T*B terms)
+    for g, r in zip((output, h, c, *grads), (*want, *ref_grads)):
+        g, r = g.float(), r.float()
+        torch.testing.assert_close(g, r, rtol=5e-2, atol=5e-2 * max(1.0, r.abs().max().item()))
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
