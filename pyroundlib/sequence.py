@@ -290,7 +290,7 @@ def _vmap_sequence(function, info, in_dims, input, weights, bias, h0, c0):
 
     input, weights, bias, h0, c0 = (first(t, d) for t, d in zip((input, weights, bias, h0, c0), in_dims))
     if in_dims[1] is None and in_dims[2] is None:
-        steps, batch = input.shape[1], input.shape[2]
+        batch = input.shape[2]
         outs = function.apply(input.transpose(0, 1).flatten(1, 2), weights[0], bias[0], h0.flatten(0, 1),
                               c0.flatten(0, 1))
         output, c_n, cells, gates = (o.unflatten(-2 if o.dim() == 2 else 1, (n, batch)) for o in outs)

@@ -1,6 +1,5 @@
 """The ops in every everyday PyTorch workflow: autocast, torch.func, double backward,
 deployment (torch.export, TorchScript) — each against the plain-PyTorch reference."""
-import os
 import subprocess
 import sys
 
