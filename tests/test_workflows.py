@@ -255,7 +255,18 @@ def model_inputs(device, batch=3):
     return tuple(torch.randn(batch, n, device=device) for n in (5, 4, 4))
 
 
-def run_in_fresh_process(code: str):
+def run_saved_in_fresh_process(model, device, data_path: str, load: str):
+    """Fresh inputs and the eager model's outputs saved to ``data_path``; a new Python that
+    imports pyroundlib evaluates ``load`` (an expression giving the saved model as a
+    callable), runs it on those inputs and compares."""
+    inputs = model_inputs(device)
+    torch.save({"inputs": inputs, "want": model(*inputs)}, data_path)
+    code = ("import torch, pyroundlib\n"
+            f"module = {load}\n"
+            f"data = torch.load({data_path!r})\n"
+            "for g, w in zip(module(*data['inputs']), data['want']):\n"
+            "    torch.testing.assert_close(g, w)\n"
+            "print('OK')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
                           timeout=600)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
@@ -267,18 +278,9 @@ def test_export_save_load_in_a_fresh_process(device, tmp_path):
     program = torch.export.export(model, inputs)
     ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
     assert any("pyroundlib" in op for op in ops), ops
-    path, data = str(tmp_path / "model.pt2"), str(tmp_path / "data.pt")
+    path = str(tmp_path / "model.pt2")
     torch.export.save(program, path)
-    new_inputs = model_inputs(device)
-    torch.save({"inputs": new_inputs, "want": model(*new_inputs)}, data)
-    run_in_fresh_process(
-        "import torch, pyroundlib\n"
-        f"program = torch.export.load({path!r})\n"
-        f"data = torch.load({data!r})\n"
-        "got = program.module()(*data['inputs'])\n"
-        "for g, w in zip(got, data['want']):\n"
-        "    torch.testing.assert_close(g, w)\n"
-        "print('OK')\n")
+    run_saved_in_fresh_process(model, device, str(tmp_path / "data.pt"), f"torch.export.load({path!r}).module()")
 
 
 def test_torchscript_script(device, tmp_path):
@@ -296,17 +298,9 @@ def test_torchscript_script(device, tmp_path):
                                torch.autograd.grad(want[0].sum() + want[1].sum(), params))
     with torch.autocast(device.type, dtype=AUTOCAST[device.type]):  # the op applies autocast too
         assert torch.jit.script(pyroundlib.LLTM(5, 4).to(device))(inputs[0])[0].dtype == AUTOCAST[device.type]
-    path, data = str(tmp_path / "model.ts"), str(tmp_path / "data.pt")
+    path = str(tmp_path / "model.ts")
     scripted.save(path)
-    new_inputs = model_inputs(device)
-    torch.save({"inputs": new_inputs, "want": model(*new_inputs)}, data)
-    run_in_fresh_process(
-        "import torch, pyroundlib\n"
-        f"module = torch.jit.load({path!r})\n"
-        f"data = torch.load({data!r})\n"
-        "for g, w in zip(module(*data['inputs']), data['want']):\n"
-        "    torch.testing.assert_close(g, w)\n"
-        "print('OK')\n")
+    run_saved_in_fresh_process(model, device, str(tmp_path / "data.pt"), f"torch.jit.load({path!r})")
 
 
 def test_torchscript_trace(device):
