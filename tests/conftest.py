@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,13 @@ def subprocess_env(**extra) -> dict:
     """The environment for a child Python that must import the same pyroundlib as the tests."""
     path = os.pathsep.join(p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH", "")) if p)
     return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def run_python_ok(code: str, **env):
+    """Run ``code`` in a fresh Python on the same pyroundlib; it must exit 0 and print OK."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=subprocess_env(**env), timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 def make_args(batch, features, state, dtype, device, requires_grad=True, scale=1.0):

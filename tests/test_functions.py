@@ -1,8 +1,6 @@
 """The ops' autograd Functions and their entry points: one route (the custom ops) in every
 mode, eager included, and only public torch API in the package."""
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,7 @@ import pyroundlib
 from pyroundlib import _common, lltm, round as round_module
 from pyroundlib.reference import lltm_cell_reference, round_ste_reference
 
-from conftest import make_args, requires_cuda, subprocess_env
+from conftest import make_args, requires_cuda, run_python_ok
 
 PACKAGE = Path(pyroundlib.__file__).resolve().parent
 
@@ -99,9 +97,7 @@ def test_public_route_in_a_fresh_process():
             "    x = torch.randn(1000, device=d) * 4\n"
             "    assert torch.equal(pyroundlib.round_ste(x), torch.round(x))\n"
             "print('OK', devices)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=subprocess_env(**{_common.PUBLIC_ONLY_VAR: "1"}), timeout=300)
-    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr
+    run_python_ok(code, **{_common.PUBLIC_ONLY_VAR: "1"})
 
 
 @requires_cuda

@@ -1,9 +1,6 @@
 """lltm_sequence / LLTMLayer against a loop of the plain-PyTorch cell: forward, every
 gradient, the workflows (torch.func, double backward, autocast, torch.compile) and, on a
 GPU, streams, CUDA graphs and the per-shape graph replay."""
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -11,7 +8,7 @@ import pyroundlib
 from pyroundlib import graphs
 from pyroundlib.reference import lltm_cell_reference
 
-from conftest import TOLERANCES, requires_cuda, requires_two_gpus, subprocess_env
+from conftest import TOLERANCES, requires_cuda, requires_two_gpus, run_python_ok
 
 func = torch.func
 ARGNUMS = (0, 1, 2, 3, 4)
@@ -232,9 +229,7 @@ def test_export_save_load_in_a_fresh_process(tmp_path):
             "output, (h, c) = program.module()(data['x'])\n"
             "torch.testing.assert_close((output, h, c), data['want'])\n"
             "print('OK')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                          timeout=600)
-    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+    run_python_ok(code)
 
 
 def test_meta_tensors():

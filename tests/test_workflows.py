@@ -1,15 +1,12 @@
 """The ops in every everyday PyTorch workflow: autocast, torch.func, double backward,
 deployment (torch.export, TorchScript) — each against the plain-PyTorch reference."""
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import pyroundlib
 from pyroundlib.reference import lltm_cell_reference, round_ste_reference
 
-from conftest import make_args, subprocess_env
+from conftest import make_args, run_python_ok
 
 func = torch.func
 ARGNUMS = (0, 1, 2, 3, 4)  # input, weights, bias, old_h, old_cell
@@ -267,9 +264,7 @@ def run_saved_in_fresh_process(model, device, data_path: str, load: str):
             "for g, w in zip(module(*data['inputs']), data['want']):\n"
             "    torch.testing.assert_close(g, w)\n"
             "print('OK')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                          timeout=600)
-    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+    run_python_ok(code)
 
 
 def test_export_save_load_in_a_fresh_process(device, tmp_path):
