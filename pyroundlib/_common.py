@@ -134,15 +134,15 @@ class Kernel:
     call, which only enqueues a launch, keeps it (``Library.entry``).
     """
 
-    __slots__ = ("name", "_lib", "_cpu", "_cuda")
+    __slots__ = ("name", "_lib", "_cpu", "_cuda", "_has_cpu")
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, cpu: bool = True):
+        self.name, self._has_cpu = name, cpu  # cpu=False: a CUDA-only entry point
         self._lib = self._cpu = self._cuda = None
 
     def _bind(self):
         lib = _ffi.library()
-        self._cpu = lib.entry(f"prl_{self.name}_cpu")
+        self._cpu = lib.entry(f"prl_{self.name}_cpu") if self._has_cpu else None
         self._cuda = lib.entry(f"prl_{self.name}_cuda", keep_gil=True)
         self._lib = lib
 
@@ -152,7 +152,7 @@ class Kernel:
         if t.is_cuda:
             index = t.get_device()
             status = self._cuda(*args, index, current_stream_handle(index))  # see pick_stream_query
-        elif t.is_cpu:
+        elif t.is_cpu and self._cpu is not None:
             status = self._cpu(*args)
         else:
             raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")

@@ -11,21 +11,29 @@ single products / a reduction over all steps at the end.
 Layers, as for the cell:
 - ``pyroundlib::lltm_sequence_forward`` / ``lltm_sequence_backward``: the two loops as torch
   ops (native kernels + torch GEMMs, fake implementations for torch.compile and export).
-  On CUDA the loops are captured into CUDA graphs and replayed when a call repeats
-  (``graphs.py``), unless a capture is already under way (then they are captured into that).
+  On CUDA, where the recurrent weights fit on chip (``prl_lltm_sequence_cuda_fits``), the
+  recurrence of all steps runs in one persistent kernel per direction (the step's GEMM
+  and pointwise work fused, the weights held in registers, a grid-wide barrier between
+  steps); otherwise the step-by-step loops are captured into CUDA graphs and replayed
+  when a call repeats (``graphs.py``), unless a capture is already under way (then they
+  are captured into that).  ``PYROUNDLIB_PERSISTENT_SEQUENCE=0`` turns the persistent
+  kernels off.
 - ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
   mode ``jvp``); when a graph of the gradient is being built, its backward runs as
   differentiable torch ops instead (double backward, torch.func).
 - ``lltm_sequence`` checks and picks the route; ``LLTMLayer`` is the module.
 """
+import ctypes
+import os
 from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import graphs
-from ._common import DTYPE_CODES, autocast_cast, check_like, check_shape, check_tensor, define_op, function_for
+from . import _ffi, graphs
+from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_op,
+                      function_for)
 from .lltm import (LLTMParameters, _activations, _backward_differentiable, _backward_kernel, _forward_kernel,
                    _pointwise_jvp)
 
@@ -34,6 +42,24 @@ from .lltm import (LLTMParameters, _activations, _backward_differentiable, _back
 # replays; the loops launch about 2T + 2 and 2T + 8 kernels: from this many steps on, the
 # replay costs less host time than the loop run as it is.
 COPIES_PAY_FROM_STEPS = 4
+
+PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
+_sequence_forward_kernel = Kernel("lltm_sequence_forward", cpu=False)
+_sequence_backward_kernel = Kernel("lltm_sequence_backward", cpu=False)
+_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
+
+
+def _persistent(t: Tensor, batch: int, state: int) -> bool:
+    """Whether this call's recurrence runs in the persistent CUDA kernels."""
+    if not t.is_cuda or os.environ.get(PERSISTENT_ENV_VAR, "1") in ("0", ""):
+        return False
+    key = (t.get_device(), t.dtype, batch, state)
+    fits = _fits.get(key)
+    if fits is None:
+        answer = ctypes.c_int(0)
+        _ffi.library().prl_lltm_sequence_cuda_fits(batch, state, DTYPE_CODES[t.dtype], key[0], ctypes.byref(answer))
+        fits = _fits[key] = bool(answer.value)
+    return fits
 
 
 # ---- argument checks -------------------------------------------------------------------------
@@ -83,6 +109,48 @@ def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: 
     c_n.copy_(cells[steps - 1])
 
 
+def _forward_persistent(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, output: Tensor,
+                        c_n: Tensor, cells: Tensor, gates: Tensor) -> None:
+    """_forward_loop's results from one GEMM (the input half) and one persistent kernel."""
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    torch.addmm(bias, input.view(steps * batch, features), weights[:, state:].t(),
+                out=gates.view(steps * batch, 3 * state))
+    _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
+                             c0.data_ptr(), output.data_ptr(), cells.data_ptr(), steps, batch, state,
+                             DTYPE_CODES[input.dtype])
+    c_n.copy_(cells[steps - 1])
+
+
+def _backward_persistent(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
+                         c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_input: Tensor,
+                         d_weights: Tensor, d_bias: Tensor, d_h0: Tensor, d_c0: Tensor) -> None:
+    """_backward_loop's results from one persistent kernel (the reverse recurrence, d_h0
+    and d_c0) and the products over all steps."""
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    d_gates = torch.empty_like(gates)
+    _sequence_backward_kernel(input, grad_output.data_ptr(), grad_c_n.data_ptr(), gates.data_ptr(),
+                              weights.data_ptr(), state + features, c0.data_ptr(), cells.data_ptr(),
+                              d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), steps, batch, state,
+                              DTYPE_CODES[input.dtype])
+    _gradients_of_all_steps(d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
+
+
+def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0: Tensor, output: Tensor,
+                            d_input: Tensor, d_weights: Tensor, d_bias: Tensor) -> None:
+    """The input, weight and bias gradients of all steps at once, from d_gates [T, B, 3S]."""
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    rows = d_gates.view(steps * batch, 3 * state)
+    torch.mm(rows, weights[:, state:], out=d_input.view(steps * batch, features))
+    # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps, one product (one
+    # [T*B, S+I] copy of what the steps read measured faster than two column-block products)
+    x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
+    torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
+    torch.sum(rows, dim=0, out=d_bias)
+
+
 def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
                    c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_input: Tensor, d_weights: Tensor,
                    d_bias: Tensor, d_h0: Tensor, d_c0: Tensor) -> None:
@@ -91,7 +159,7 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
     steps, batch, features = input.shape
     state = h0.shape[1]
     code = DTYPE_CODES[input.dtype]
-    w_h, w_x = weights[:, :state], weights[:, state:]
+    w_h = weights[:, :state]
     d_gates = torch.empty_like(gates)
     # d_h[t], the gradient reaching step t's new_h: grad_output[t], to which step t + 1 adds
     # its d_gates @ W_h in place (one copy up front, no copy per step)
@@ -110,13 +178,7 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
             d_h_steps[t - 1].addmm_(dg[t], w_h)
         d_cell.reverse()
     torch.mm(dg[0], w_h, out=d_h0)
-    rows = d_gates.view(steps * batch, 3 * state)
-    torch.mm(rows, w_x, out=d_input.view(steps * batch, features))
-    # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps, one product (one
-    # [T*B, S+I] copy of what the steps read measured faster than two column-block products)
-    x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
-    torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
-    torch.sum(rows, dim=0, out=d_bias)
+    _gradients_of_all_steps(d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
 
 
 # ---- the ops -------------------------------------------------------------------------------------
@@ -129,7 +191,9 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     state = h0.shape[1]
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
-    if steps:
+    if steps and _persistent(input, batch, state):
+        _forward_persistent(input, weights, bias, h0, c0, output, c_n, cells, gates)
+    elif steps:
         graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5,
                    copies_pay=steps >= COPIES_PAY_FROM_STEPS)
     else:
@@ -153,8 +217,11 @@ def _backward_op(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: 
     tensors = [t.contiguous() for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
     grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
              torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
-    graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),
-               copies_pay=input.shape[0] >= COPIES_PAY_FROM_STEPS)
+    if _persistent(input, input.shape[1], h0.shape[1]):
+        _backward_persistent(*tensors, *grads)
+    else:
+        graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),
+                   copies_pay=input.shape[0] >= COPIES_PAY_FROM_STEPS)
     return grads
 
 

@@ -5,13 +5,21 @@ import pytest
 import torch
 
 import pyroundlib
-from pyroundlib import graphs
+from pyroundlib import graphs, sequence
 from pyroundlib.reference import lltm_cell_reference
 
-from conftest import TOLERANCES, requires_cuda, requires_two_gpus, run_python_ok
+from conftest import CUDA, TOLERANCES, requires_cuda, requires_two_gpus, run_python_ok
 
 func = torch.func
 ARGNUMS = (0, 1, 2, 3, 4)
+
+
+@pytest.fixture(params=["cpu"] + (["cuda", "cuda-steps"] if CUDA else []))
+def device(request, monkeypatch):
+    """Both CUDA routes: "cuda" runs the recurrence in the persistent kernels wherever they
+    fit (every size these tests use), "cuda-steps" step by step (the loops, graphs.py)."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0" if request.param == "cuda-steps" else "1")
+    return torch.device(request.param.split("-")[0])
 
 
 def reference(input, weights, bias, h0, c0):
@@ -303,6 +311,7 @@ def test_graph_replay_matches_plain_loops(monkeypatch, keep_results):
     its results, so the caching allocator hands out the same blocks), over copies when only
     the shapes repeat (results kept alive: new tensors each call)."""
     args = seq_args(17, 5, 6, 32, torch.float32, "cuda")  # long enough for a replay over copies
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")  # the step-by-step route, which the graphs replay
     monkeypatch.setenv(graphs.ENV_VAR, "0")
     outs = ours(*args)
     want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
@@ -326,6 +335,7 @@ def test_graph_replay_matches_plain_loops(monkeypatch, keep_results):
 def test_graphs_follow_the_matmul_precision(monkeypatch):
     """A graph captured with TF32 off is not replayed for a call with TF32 on."""
     args = [a.detach() for a in seq_args(20, 64, 128, 128, torch.float32, "cuda")]
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
     results = {}
     for graphs_on in ("0", "1"):
         monkeypatch.setenv(graphs.ENV_VAR, graphs_on)
@@ -337,6 +347,42 @@ def test_graphs_follow_the_matmul_precision(monkeypatch):
         for got in results[("1", tf32)]:
             assert torch.equal(got, results[("0", tf32)][0])
     assert not torch.equal(results[("0", True)][0], results[("0", False)][0])  # TF32 did change the GEMMs
+
+
+@requires_cuda
+@pytest.mark.parametrize("steps,batch,features,state", [
+    (8, 32, 8, 64),      # the benchmark's small size: one column tile, one row per block
+    (6, 64, 32, 512),    # the middle size's state: 16-column tiles, several rows per block
+    (5, 7, 3, 33),       # tiles that do not divide the batch or the state
+    (3, 5, 2, 300),      # the reduction length not a multiple of a thread's chunk
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
+    """The persistent kernels at the sizes that exercise their tiling: they are the route
+    taken, match the float64 reference and give the same bits on every call."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    args = seq_args(steps, batch, features, state, dtype, "cuda")
+    with torch.no_grad():
+        args[1].mul_(0.2)  # weights in a useful range: the gates neither saturate nor explode over the steps
+    assert sequence._persistent(args[0], batch, state)
+    check_against_reference(args, TOLERANCES[dtype])
+    first = ours(*args)
+    first_grads = torch.autograd.grad(weighted_loss(first), args)
+    again = ours(*args)
+    again_grads = torch.autograd.grad(weighted_loss(again), args)
+    for a, b in zip((*first, *first_grads), (*again, *again_grads)):
+        assert torch.equal(a, b)
+
+
+@requires_cuda
+def test_persistent_kernels_do_not_fit_large_states():
+    """Where the weights do not fit on chip the route is the step-by-step one, and the C
+    entry point refuses to launch rather than run a grid that cannot be co-resident."""
+    x = torch.empty(1, device="cuda")
+    assert not sequence._persistent(x, 4096, 8192)
+    lib = pyroundlib._ffi.library()
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
+        lib.prl_lltm_sequence_forward_cuda(1, 1, 8192, 1, 1, 1, 1, 1, 4096, 8192, 0, 0, None)
 
 
 @requires_two_gpus

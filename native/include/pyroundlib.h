@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 2
+#define PRL_ABI_VERSION 3
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -123,6 +123,39 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
                                           void *d_gates, void *d_old_cell, void *d_bias,
                                           int64_t batch, int64_t state, int dtype,
                                           int device, void *stream);
+
+/* ---- LLTM over a sequence: the recurrence in one persistent CUDA kernel per direction ----
+ * For a sequence of T steps the cell's gates are x_t @ W_x^T + b (the input half, which the
+ * caller computes for all steps at once) plus h_{t-1} @ W_h^T (the recurrent half), where
+ * weights [3*state, state + input] = [W_h | W_x] as for the cell.  These functions run the
+ * recurrent half and the pointwise steps of all T steps in one cooperative launch, the
+ * slice of W_h each block needs held on chip for the whole sequence.  CUDA only.
+ *
+ * prl_lltm_sequence_cuda_fits: *fits = 1 when (batch, state) in `dtype` fits in one
+ *   co-resident grid of `device` (both directions), else 0; then run the steps one by
+ *   one (prl_lltm_forward_cuda / prl_lltm_backward_cuda and GEMMs of your own).
+ *
+ * w_h: the first `state` columns of weights, rows 3*state, row stride `ldw` elements
+ *   (ldw = state + input for a contiguous weights).
+ * Forward: gates [T, batch, 3*state]: on entry x_t @ W_x^T + b, on return the full
+ *   pre-activations (what the backward reads); h0, c0 [batch, state]; output (new_h of
+ *   every step) and cells (new_cell of every step) [T, batch, state] (outputs).
+ * Backward: grad_output [T, batch, state] (gradient of output), grad_c_n [batch, state]
+ *   (gradient of the last new_cell; NULL = zero), gates / c0 / cells as the forward left
+ *   them; d_gates [T, batch, 3*state], d_h0, d_c0 [batch, state] (outputs).  The weight,
+ *   bias and input gradients are products of d_gates the caller forms. */
+PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device, int *fits);
+PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
+                                                  const void *h0, const void *c0,
+                                                  void *output, void *cells,
+                                                  int64_t steps, int64_t batch, int64_t state, int dtype,
+                                                  int device, void *stream);
+PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_output, const void *grad_c_n,
+                                                   const void *gates, const void *w_h, int64_t ldw,
+                                                   const void *c0, const void *cells,
+                                                   void *d_gates, void *d_h0, void *d_c0,
+                                                   int64_t steps, int64_t batch, int64_t state, int dtype,
+                                                   int device, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

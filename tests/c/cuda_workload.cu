@@ -112,6 +112,32 @@ template <typename T> static void lltm_case(int dtype, int64_t batch, int64_t st
     for (T *p : {d_gates, d_cell, d_grad, h, c, dg, dc, dg2, dc2, db}) cudaFree(p);
 }
 
+// The persistent sequence kernels (shared memory, a grid-wide barrier): statuses here; the
+// Python tests check the values against a float64 reference.
+template <typename T> static void sequence_case(int dtype, int64_t steps, int64_t batch, int64_t state) {
+    const int64_t ldw = state + 3, cell = batch * state, n = steps * cell;
+    int fits = 0;
+    CHECK(prl_lltm_sequence_cuda_fits(batch, state, dtype, 0, &fits) == PRL_SUCCESS);
+    if (!fits) return;
+    auto gates = to_device(random_values<T>((size_t)(3 * n), 1.0)), w = to_device(random_values<T>((size_t)(3 * state * ldw), 0.2));
+    auto h0 = to_device(random_values<T>((size_t)cell, 1.0)), c0 = to_device(random_values<T>((size_t)cell, 1.0));
+    auto grad = to_device(random_values<T>((size_t)n, 1.0)), grad_c = to_device(random_values<T>((size_t)cell, 1.0));
+    T *out, *cells, *dg, *dh0, *dc0;
+    cudaMalloc(&out, n * sizeof(T));
+    cudaMalloc(&cells, n * sizeof(T));
+    cudaMalloc(&dg, 3 * n * sizeof(T));
+    cudaMalloc(&dh0, cell * sizeof(T));
+    cudaMalloc(&dc0, cell * sizeof(T));
+    CHECK(prl_lltm_sequence_forward_cuda(gates, w, ldw, h0, c0, out, cells, steps, batch, state, dtype, 0, nullptr) ==
+          PRL_SUCCESS);
+    CHECK(prl_lltm_sequence_backward_cuda(grad, grad_c, gates, w, ldw, c0, cells, dg, dh0, dc0, steps, batch, state,
+                                          dtype, 0, nullptr) == PRL_SUCCESS);
+    CHECK(prl_lltm_sequence_backward_cuda(grad, nullptr, gates, w, ldw, c0, cells, dg, dh0, dc0, steps, batch, state,
+                                          dtype, 0, nullptr) == PRL_SUCCESS);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    for (T *p : {gates, w, h0, c0, grad, grad_c, out, cells, dg, dh0, dc0}) cudaFree(p);
+}
+
 int main() {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 || !prl_has_cuda()) {
@@ -134,6 +160,11 @@ int main() {
             lltm_case<uint16_t>(PRL_FLOAT16, 9, state, with_grad_h);
             lltm_case<uint16_t>(PRL_BFLOAT16, 9, state, with_grad_h);
         }
+    for (int64_t state : {64, 33}) {
+        sequence_case<float>(PRL_FLOAT32, 4, 7, state);
+        sequence_case<double>(PRL_FLOAT64, 3, 5, state);
+        sequence_case<uint16_t>(PRL_BFLOAT16, 3, 9, state);
+    }
     cudaStreamDestroy(stream);
     const cudaError_t err = cudaDeviceSynchronize();
     CHECK(err == cudaSuccess);

@@ -1,0 +1,432 @@
+// lltm_sequence_cuda.cu - the LLTM's recurrence over a whole sequence, one persistent
+// kernel per direction: prl_lltm_sequence_forward_cuda, prl_lltm_sequence_backward_cuda and
+// prl_lltm_sequence_cuda_fits.
+//
+// Run step by step, each step of the recurrence is a small GEMM (h_{t-1} [B, S] times
+// W_h^T [S, 3S]) and a pointwise launch: a few microseconds each, and at small batches
+// the GEMM cannot fill the GPU.  Here one cooperative grid runs every step:
+//   - each block owns a tile of JT state columns j (with the gate rows j, S+j and 2S+j of
+//     W_h) and of BT batch rows.  Its slice of W_h is read once, into registers, and stays
+//     there for the whole sequence: thread (kc, jj) holds rows/columns k in
+//     [kc*KC, kc*KC + KC) of state column j0 + jj;
+//   - per step the block stages the BT rows of h_{t-1} in shared memory, every thread forms
+//     its partial dot products, the partials meet in shared memory and are summed in a
+//     fixed order (the result does not depend on scheduling), and the thread that owns a
+//     (row, column) applies the pointwise cell of lltm.h to it;
+//   - then the whole grid waits (cooperative_groups' grid sync) until step t's h is
+//     written before any block starts step t + 1.
+// The backward runs the same machine over d_gates[t+1] [B, 3S] times W_h [3S, S] (the
+// gradient reaching h_t), followed by the pointwise backward of step t; a last phase forms
+// d_h0 = d_gates[0] W_h.  Cross-block data is read with ld.global.cg (L2, not the
+// per-SM L1, which other SMs' writes do not update).
+//
+// The grid must be co-resident: prl_lltm_sequence_cuda_fits says whether the weights and
+// tiles of a (batch, state) fit on the device; otherwise the caller runs the steps one by
+// one (prl_lltm_forward_cuda / prl_lltm_backward_cuda and its own GEMMs).
+#include <cooperative_groups.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "cuda_common.cuh"
+#include "lltm.h"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kSeqThreads = 256;  // threads per block, at most
+constexpr int kPad = 4;           // elements between chunks of a staged row (spreads them over the banks)
+
+// Weights per thread: 96 float registers (48 doubles); the forward holds three gate rows of
+// KC columns each, the backward one column of 3 * KC rows.
+template <typename A> constexpr int kChunk = 32 * 4 / (int)sizeof(A);
+template <typename A, bool Backward> constexpr int kWeights = Backward ? 3 * kChunk<A> : kChunk<A>;
+
+template <typename T> struct SequenceArgs {
+    T *gates;                // [steps, batch, 3S]: in, x_t W_x^T + b; out (forward), the full pre-activations
+    const T *w_h;            // [3S, S] with row stride ldw: the first S columns of weights [3S, S+I]
+    int64_t ldw;
+    const T *h0, *c0;        // [batch, S]
+    T *output, *cells;       // [steps, batch, S]: new_h and new_cell of each step (forward out, backward in)
+    const T *grad_output;    // [steps, batch, S]               (backward)
+    const T *grad_c_n;       // [batch, S], or NULL: zero        (backward)
+    T *d_gates;              // [steps, batch, 3S]              (backward out)
+    T *d_h0, *d_c0;          // [batch, S]                      (backward out; d_c0 carries d_cell between steps)
+    int steps, batch, state;
+    int jt, bt;              // the tile: JT state columns x BT batch rows per block
+};
+
+// A cross-block value, read from L2.
+__device__ __forceinline__ float load_cg(const float *p) { return __ldcg(p); }
+__device__ __forceinline__ double load_cg(const double *p) { return __ldcg(p); }
+__device__ __forceinline__ float load_cg(const prl::half_t *p) {
+    return prl::load(prl::half_t{__ldcg(reinterpret_cast<const unsigned short *>(p))});
+}
+__device__ __forceinline__ float load_cg(const prl::bfloat16_t *p) {
+    return prl::load(prl::bfloat16_t{__ldcg(reinterpret_cast<const unsigned short *>(p))});
+}
+
+// Four consecutive staged elements (16-byte aligned): one or two shared-memory accesses.
+__device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ void fma4(float &acc, const float *w, float4 a) {
+    acc = fmaf(w[0], a.x, acc);
+    acc = fmaf(w[1], a.y, acc);
+    acc = fmaf(w[2], a.z, acc);
+    acc = fmaf(w[3], a.w, acc);
+}
+struct double4_ { double2 lo, hi; };
+__device__ __forceinline__ double4_ load4(const double *p) {
+    return {reinterpret_cast<const double2 *>(p)[0], reinterpret_cast<const double2 *>(p)[1]};
+}
+__device__ __forceinline__ void fma4(double &acc, const double *w, double4_ a) {
+    acc = fma(w[0], a.lo.x, acc);
+    acc = fma(w[1], a.lo.y, acc);
+    acc = fma(w[2], a.hi.x, acc);
+    acc = fma(w[3], a.hi.y, acc);
+}
+
+// The tile sizes of one direction, and the block and shared memory they take.
+struct Shape {
+    int k;        // the reduction length: S (forward) or 3S (backward)
+    int chunks;   // NK: threads per state column, each holding KC of the k
+    int jt;       // state columns per block
+    int threads;  // NK * JT, rounded up to whole warps
+};
+
+template <typename A, bool Backward> Shape shape_of(int64_t state) {
+    constexpr int KC = kWeights<A, Backward>;
+    Shape s{};
+    s.k = (int)((Backward ? 3 : 1) * state);
+    s.chunks = (s.k + KC - 1) / KC;
+    if (s.chunks > kSeqThreads) return s;  // jt = 0: does not fit
+    int jt = 1;
+    while (2 * jt * s.chunks <= kSeqThreads && jt < state) jt *= 2;
+    s.jt = jt;
+    s.threads = (s.chunks * jt + 31) / 32 * 32;
+    return s;
+}
+
+template <typename A, bool Backward> __host__ __device__ constexpr int row_stride(int chunks) {
+    return chunks * (kWeights<A, Backward> + kPad);
+}
+
+template <typename A, bool Backward> int64_t shared_bytes(const Shape &s, int bt) {
+    constexpr int G = Backward ? 1 : 3;
+    const int64_t staged = (int64_t)bt * row_stride<A, Backward>(s.chunks);
+    const int64_t partials = (int64_t)s.chunks * (bt * G * s.jt + kPad);
+    return (staged + partials) * (int64_t)sizeof(A);
+}
+
+template <typename T, bool Backward>
+__global__ void __launch_bounds__(kSeqThreads, 2) lltm_sequence_kernel(SequenceArgs<T> p) {
+    using A = prl::acc_t<T>;
+    constexpr int G = Backward ? 1 : 3;          // outputs per (row, column): three gates, or d_h
+    constexpr int KC = kWeights<A, Backward>;
+    const int S = p.state, B = p.batch, JT = p.jt, BT = p.bt;
+    const int K = Backward ? 3 * S : S;
+    const int NK = (K + KC - 1) / KC;
+    const int RS = row_stride<A, Backward>(NK), PS = BT * G * JT + kPad;
+    extern __shared__ __align__(16) unsigned char shared_raw[];
+    A *staged = reinterpret_cast<A *>(shared_raw);  // [BT][NK][KC + kPad]
+    A *partial = staged + BT * RS;                  // [NK][BT][G][JT] (+ kPad per chunk)
+
+    const int tid = threadIdx.x, kc = tid / JT, jj = tid % JT;
+    const int j_tiles = (S + JT - 1) / JT;
+    const int j0 = (blockIdx.x % j_tiles) * JT, b0 = (blockIdx.x / j_tiles) * BT;
+    const bool computes = kc < NK && j0 + jj < S;
+
+    // This thread's slice of W_h, for the whole sequence (zero past the edges).
+    A w[G][KC];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < KC; ++i) {
+            const int k = kc * KC + i, j = j0 + jj;
+            const bool in = computes && k < K;
+            const int64_t at = Backward ? (int64_t)k * p.ldw + j : (int64_t)(g * S + j) * p.ldw + k;
+            w[g][i] = in ? prl::load(p.w_h[at]) : A(0);
+        }
+
+    cg::grid_group grid = cg::this_grid();
+    const int64_t cell = (int64_t)B * S, gate = 3 * cell;
+    const int phases = Backward ? p.steps + 1 : p.steps;
+    for (int s = 0; s < phases; ++s) {
+        const int t = Backward ? p.steps - 1 - s : s;  // the step; -1: the backward's d_h0 phase
+        const bool product = !Backward || s > 0;       // the backward's first step has no d_gates[t + 1]
+        if (product) {
+            // stage rows b0 .. b0 + BT - 1 of the left operand: h_{t-1}, or d_gates[t + 1]
+            const T *src = Backward ? p.d_gates + (t + 1) * gate : (t == 0 ? p.h0 : p.output + (t - 1) * cell);
+            const int width = NK * KC;
+            for (int e = tid; e < BT * width; e += blockDim.x) {
+                const int r = e / width, c = e - r * width, b = b0 + r;
+                staged[r * RS + (c / KC) * (KC + kPad) + c % KC] =
+                    (b < B && c < K) ? load_cg(src + (int64_t)b * K + c) : A(0);
+            }
+            __syncthreads();
+            if (kc < NK) {
+                for (int r = 0; r < BT; ++r) {
+                    const A *a = staged + r * RS + kc * (KC + kPad);
+                    A acc[G][2];
+#pragma unroll
+                    for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = A(0);
+#pragma unroll
+                    for (int i = 0; i < KC; i += 4) {
+                        const auto a4 = load4(a + i);
+#pragma unroll
+                        for (int g = 0; g < G; ++g) fma4(acc[g][(i / 4) & 1], &w[g][i], a4);
+                    }
+#pragma unroll
+                    for (int g = 0; g < G; ++g) partial[kc * PS + (r * G + g) * JT + jj] = acc[g][0] + acc[g][1];
+                }
+            }
+            __syncthreads();
+        }
+        // each (row, column) of the tile: the sum of its partials, then the pointwise step
+        for (int o = tid; o < BT * JT; o += blockDim.x) {
+            const int r = o / JT, c = o - r * JT, b = b0 + r, j = j0 + c;
+            if (b >= B || j >= S) continue;
+            A sum[G];
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                sum[g] = A(0);
+                if (product)
+                    for (int q = 0; q < NK; ++q) sum[g] += partial[q * PS + (r * G + g) * JT + c];
+            }
+            const int64_t k = (int64_t)b * S + j, kg = (int64_t)b * 3 * S + j;
+            if (Backward && t < 0) {  // d_h0 = d_gates[0] W_h
+                p.d_h0[k] = prl::store<T>(sum[0]);
+                continue;
+            }
+            const A old_cell = prl::load(t == 0 ? p.c0[k] : p.cells[(t - 1) * cell + k]);
+            T *g_t = p.gates + t * gate + kg;
+            if (!Backward) {
+                A g[3], h, c_new;
+#pragma unroll
+                for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the step-by-step path reads them
+                    const T stored = prl::store<T>(prl::load(g_t[i * S]) + sum[i]);
+                    g_t[i * S] = stored;
+                    g[i] = prl::load(stored);
+                }
+                prl::lltm_forward_math<A>(g[0], g[1], g[2], old_cell, h, c_new);
+                p.output[t * cell + k] = prl::store<T>(h);
+                p.cells[t * cell + k] = prl::store<T>(c_new);
+            } else {
+                // the gradient reaching h_t (stored, as the step-by-step path adds it), and new_cell's
+                const A grad_h = prl::load(prl::store<T>(prl::load(p.grad_output[t * cell + k]) + sum[0]));
+                const A grad_cell = t == p.steps - 1 ? (p.grad_c_n ? prl::load(p.grad_c_n[k]) : A(0))
+                                                     : prl::load(p.d_c0[k]);  // this thread's own last write
+                A d[3], d_cell;
+                prl::lltm_backward_math<A>(grad_h, grad_cell, prl::load(g_t[0]), prl::load(g_t[S]),
+                                           prl::load(g_t[2 * S]), old_cell, d[0], d[1], d[2], d_cell);
+                T *dg = p.d_gates + t * gate + kg;
+#pragma unroll
+                for (int i = 0; i < 3; ++i) dg[i * S] = prl::store<T>(d[i]);
+                p.d_c0[k] = prl::store<T>(d_cell);
+            }
+        }
+        if (s + 1 < phases) grid.sync();  // step t is written everywhere; also a block barrier
+    }
+}
+
+// ---- planning: the tile that fits in one co-resident grid ----------------------------------
+
+struct Plan {
+    Shape shape;
+    int bt = 0, blocks = 0;
+    int64_t smem = 0;
+    bool fits() const { return blocks > 0; }
+};
+
+template <typename T, bool Backward> void *kernel_of() {
+    return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward>);
+}
+
+// The smallest power-of-two row tile whose grid is co-resident: the most blocks, each
+// with the least work per step.  Fills `plan` or leaves it empty (does not fit); returns
+// a CUDA error of the queries.
+template <typename T, bool Backward> cudaError_t make_plan(int64_t batch, int64_t state, int device, Plan &plan) {
+    using A = prl::acc_t<T>;
+    plan = Plan{};
+    if (batch <= 0 || state <= 0 || batch * 3 * state >= (int64_t(1) << 31)) return cudaSuccess;
+    const Shape shape = shape_of<A, Backward>(state);
+    if (shape.jt == 0) return cudaSuccess;
+    int sms = 0, smem_max = 0, cooperative = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+    if (err != cudaSuccess || !cooperative) return err;
+    void *kernel = kernel_of<T, Backward>();
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    if (err != cudaSuccess) return err;
+    const int64_t j_tiles = (state + shape.jt - 1) / shape.jt;
+    for (int64_t bt = 1;; bt *= 2) {
+        const int64_t smem = shared_bytes<A, Backward>(shape, (int)bt);
+        if (smem > smem_max) break;
+        const int64_t blocks = j_tiles * ((batch + bt - 1) / bt);
+        int per_sm = 0;
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads, (size_t)smem);
+        if (err != cudaSuccess) return err;
+        if (blocks <= (int64_t)per_sm * sms) {
+            plan.shape = shape;
+            plan.bt = (int)bt;
+            plan.blocks = (int)blocks;
+            plan.smem = smem;
+            break;
+        }
+        if (bt >= batch) break;
+    }
+    return cudaSuccess;
+}
+
+// Plans are made once per (device, dtype, direction, batch, state) and kept.
+template <typename T, bool Backward>
+cudaError_t cached_plan(int64_t batch, int64_t state, int dtype, int device, Plan &plan) {
+    using Key = std::tuple<int, int, bool, int64_t, int64_t>;
+    static std::mutex mutex;
+    static std::map<Key, Plan> plans;
+    const Key key{device, dtype, Backward, batch, state};
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        auto it = plans.find(key);
+        if (it != plans.end()) {
+            plan = it->second;
+            return cudaSuccess;
+        }
+    }
+    const cudaError_t err = make_plan<T, Backward>(batch, state, device, plan);
+    if (err != cudaSuccess) return err;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (plans.size() < 4096) plans.emplace(key, plan);
+    return cudaSuccess;
+}
+
+// Plans the grid (or reuses the plan) and launches it on `stream`; never synchronises.
+template <typename T, bool Backward>
+prl_status launch_sequence(const char *fn, SequenceArgs<T> args, int dtype, int device, void *stream) {
+    prl::DeviceGuard guard(device);
+    if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+    Plan plan;
+    cudaError_t err = cached_plan<T, Backward>(args.batch, args.state, dtype, guard.device(), plan);
+    if (err != cudaSuccess) return prl::cuda_fail(fn, "planning the persistent grid", err);
+    if (!plan.fits())
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT,
+                         "%s: batch=%d, state=%d does not fit in one co-resident grid on CUDA device %d "
+                         "(prl_lltm_sequence_cuda_fits says so): run the steps one by one", fn, args.batch,
+                         args.state, guard.device());
+    args.jt = plan.shape.jt;
+    args.bt = plan.bt;
+    void *params[] = {&args};
+    err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(), dim3(plan.blocks), dim3(plan.shape.threads), params,
+                                      (size_t)plan.smem, static_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess) return prl::cuda_fail(fn, "the cooperative kernel launch", err);
+    return PRL_SUCCESS;
+}
+
+prl_status check_sequence_sizes(const char *fn, int64_t steps, int64_t batch, int64_t state, int64_t ldw) {
+    PRL_TRY(prl::check_count(fn, "steps", steps));
+    PRL_TRY(prl::check_lltm_sizes(fn, batch, state));
+    if (batch * 3 * state >= (int64_t(1) << 31) || steps >= (int64_t(1) << 31))
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: steps=%lld, batch * 3 * state=%lld: each must be < 2^31",
+                         fn, (long long)steps, (long long)(batch * 3 * state));
+    if (ldw < state)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'ldw' (%lld) must be >= state (%lld)", fn,
+                         (long long)ldw, (long long)state);
+    return PRL_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device,
+                                                          int *fits) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    if (fits == nullptr) return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'fits' is NULL", fn);
+    *fits = 0;
+    PRL_TRY(prl::check_lltm_sizes(fn, batch, state));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        Plan forward, backward;
+        cudaError_t err = cached_plan<T, false>(batch, state, dtype, guard.device(), forward);
+        if (err == cudaSuccess) err = cached_plan<T, true>(batch, state, dtype, guard.device(), backward);
+        if (err != cudaSuccess) return prl::cuda_fail(fn, "planning the persistent grid", err);
+        *fits = forward.fits() && backward.fits();
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
+                                                             const void *h0, const void *c0, void *output,
+                                                             void *cells, int64_t steps, int64_t batch,
+                                                             int64_t state, int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(check_sequence_sizes(fn, steps, batch, state, ldw));
+    const int64_t cell = batch * state, all = steps * cell;
+    PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
+    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, all));
+    PRL_TRY(prl::check_pointer(fn, "h0", h0, all));
+    PRL_TRY(prl::check_pointer(fn, "c0", c0, all));
+    PRL_TRY(prl::check_pointer(fn, "output", output, all));
+    PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (all == 0) return PRL_SUCCESS;
+        SequenceArgs<T> args{};
+        args.gates = static_cast<T *>(gates);
+        args.w_h = static_cast<const T *>(w_h);
+        args.ldw = ldw;
+        args.h0 = static_cast<const T *>(h0);
+        args.c0 = static_cast<const T *>(c0);
+        args.output = static_cast<T *>(output);
+        args.cells = static_cast<T *>(cells);
+        args.steps = (int)steps;
+        args.batch = (int)batch;
+        args.state = (int)state;
+        return launch_sequence<T, false>(fn, args, dtype, device, stream);
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_output, const void *grad_c_n,
+                                                              const void *gates, const void *w_h, int64_t ldw,
+                                                              const void *c0, const void *cells, void *d_gates,
+                                                              void *d_h0, void *d_c0, int64_t steps, int64_t batch,
+                                                              int64_t state, int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(check_sequence_sizes(fn, steps, batch, state, ldw));
+    const int64_t cell = batch * state, all = steps * cell;
+    PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
+    PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
+    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, all));
+    PRL_TRY(prl::check_pointer(fn, "c0", c0, all));
+    PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
+    PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, all));
+    PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, all));
+    PRL_TRY(prl::check_pointer(fn, "d_c0", d_c0, all));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (all == 0) return PRL_SUCCESS;
+        SequenceArgs<T> args{};
+        args.grad_output = static_cast<const T *>(grad_output);
+        args.grad_c_n = static_cast<const T *>(grad_c_n);
+        args.gates = const_cast<T *>(static_cast<const T *>(gates));  // read only in the backward
+        args.w_h = static_cast<const T *>(w_h);
+        args.ldw = ldw;
+        args.c0 = static_cast<const T *>(c0);
+        args.cells = const_cast<T *>(static_cast<const T *>(cells));
+        args.d_gates = static_cast<T *>(d_gates);
+        args.d_h0 = static_cast<T *>(d_h0);
+        args.d_c0 = static_cast<T *>(d_c0);
+        args.steps = (int)steps;
+        args.batch = (int)batch;
+        args.state = (int)state;
+        return launch_sequence<T, true>(fn, args, dtype, device, stream);
+    });
+    PRL_API_END
+}
