@@ -364,7 +364,8 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     args = seq_args(steps, batch, features, state, dtype, "cuda")
     with torch.no_grad():
         args[1].mul_(0.2)  # weights in a useful range: the gates neither saturate nor explode over the steps
-    assert sequence._persistent(args[0], batch, state)
+    # float64 holds half the weights per register file: at S = 512 its tiles do not fit
+    assert sequence._persistent(args[0], batch, state) == (dtype != torch.float64 or state < 512)
     check_against_reference(args, TOLERANCES[dtype])
     first = ours(*args)
     first_grads = torch.autograd.grad(weighted_loss(first), args)

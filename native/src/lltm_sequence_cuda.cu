@@ -56,16 +56,17 @@ template <typename T> struct SequenceArgs {
     T *d_h0, *d_c0;          // [batch, S]                      (backward out; d_c0 carries d_cell between steps)
     int steps, batch, state;
     int jt, bt;              // the tile: JT state columns x BT batch rows per block
+    int vec;                 // 1: every staged row starts 16-byte aligned (16-byte loads)
 };
 
-// A cross-block value, read from L2.
-__device__ __forceinline__ float load_cg(const float *p) { return __ldcg(p); }
-__device__ __forceinline__ double load_cg(const double *p) { return __ldcg(p); }
-__device__ __forceinline__ float load_cg(const prl::half_t *p) {
-    return prl::load(prl::half_t{__ldcg(reinterpret_cast<const unsigned short *>(p))});
+// A value another block wrote during this kernel, read from L2.
+__device__ __forceinline__ float raw_cg(const float *p) { return __ldcg(p); }
+__device__ __forceinline__ double raw_cg(const double *p) { return __ldcg(p); }
+__device__ __forceinline__ prl::half_t raw_cg(const prl::half_t *p) {
+    return prl::half_t{__ldcg(reinterpret_cast<const unsigned short *>(p))};
 }
-__device__ __forceinline__ float load_cg(const prl::bfloat16_t *p) {
-    return prl::load(prl::bfloat16_t{__ldcg(reinterpret_cast<const unsigned short *>(p))});
+__device__ __forceinline__ prl::bfloat16_t raw_cg(const prl::bfloat16_t *p) {
+    return prl::bfloat16_t{__ldcg(reinterpret_cast<const unsigned short *>(p))};
 }
 
 // Four consecutive staged elements (16-byte aligned): one or two shared-memory accesses.
@@ -119,11 +120,49 @@ template <typename A, bool Backward> int64_t shared_bytes(const Shape &s, int bt
     return (staged + partials) * (int64_t)sizeof(A);
 }
 
+// Stages rows b0 .. b0 + BT - 1 of src ([B, K], row-major) in shared memory as
+// staged[r][k / KC][k % KC] (zeros past the edges).  Each thread issues kBatch loads before
+// it stores any (one round trip to L2, not kBatch of them), of 16 bytes each when `vec`.
+constexpr int kBatch = 4;
+
+template <typename T, typename A, int KC, int V>
+__device__ __forceinline__ void stage_rows(A *staged, int row_stride, const T *src, int b0, int BT, int B, int K,
+                                           int width) {
+    using Chunk = prl::Vec<T, V>;
+    const int per_row = width / V, total = BT * per_row;
+    for (int base = threadIdx.x; base < total; base += kBatch * blockDim.x) {
+        Chunk v[kBatch];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+            const int e = base + i * blockDim.x, r = e / per_row, c = (e - r * per_row) * V, b = b0 + r;
+            if (e < total && b < B && c < K) {
+                if (V == 1) {
+                    v[i].v[0] = raw_cg(src + (int64_t)b * K + c);
+                } else {
+                    const uint4 bits = __ldcg(reinterpret_cast<const uint4 *>(src + (int64_t)b * K + c));
+                    memcpy(&v[i], &bits, sizeof bits);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+            const int e = base + i * blockDim.x, r = e / per_row, c = (e - r * per_row) * V, b = b0 + r;
+            if (e >= total) break;
+            A *to = staged + r * row_stride + (c / KC) * (KC + kPad) + c % KC;
+            const bool in = b < B && c < K;
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                to[j] = in ? prl::load(v[i].v[j]) : A(0);
+        }
+    }
+}
+
 template <typename T, bool Backward>
-__global__ void __launch_bounds__(kSeqThreads, 2) lltm_sequence_kernel(SequenceArgs<T> p) {
+__global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceArgs<T> p) {
     using A = prl::acc_t<T>;
     constexpr int G = Backward ? 1 : 3;          // outputs per (row, column): three gates, or d_h
     constexpr int KC = kWeights<A, Backward>;
+    constexpr int V = prl::kVec16<T>;
     const int S = p.state, B = p.batch, JT = p.jt, BT = p.bt;
     const int K = Backward ? 3 * S : S;
     const int NK = (K + KC - 1) / KC;
@@ -149,21 +188,38 @@ __global__ void __launch_bounds__(kSeqThreads, 2) lltm_sequence_kernel(SequenceA
             w[g][i] = in ? prl::load(p.w_h[at]) : A(0);
         }
 
+    // The (row, column) this thread finishes each step (BT * JT <= blockDim.x: one each, or
+    // none); its cell (forward) or the gradient of its cell (backward) stays in a register.
+    const int out_r = tid / JT, out_c = tid - out_r * JT, out_b = b0 + out_r, out_j = j0 + out_c;
+    const bool owns = tid < BT * JT && out_b < B && out_j < S;
+    const int64_t k_own = (int64_t)out_b * S + out_j, kg_own = (int64_t)out_b * 3 * S + out_j;
+    A carried = A(0);
+    if (owns) carried = Backward ? (p.grad_c_n ? prl::load(p.grad_c_n[k_own]) : A(0)) : prl::load(p.c0[k_own]);
+
     cg::grid_group grid = cg::this_grid();
     const int64_t cell = (int64_t)B * S, gate = 3 * cell;
     const int phases = Backward ? p.steps + 1 : p.steps;
+    const int width = NK * KC;
     for (int s = 0; s < phases; ++s) {
         const int t = Backward ? p.steps - 1 - s : s;  // the step; -1: the backward's d_h0 phase
         const bool product = !Backward || s > 0;       // the backward's first step has no d_gates[t + 1]
-        if (product) {
-            // stage rows b0 .. b0 + BT - 1 of the left operand: h_{t-1}, or d_gates[t + 1]
-            const T *src = Backward ? p.d_gates + (t + 1) * gate : (t == 0 ? p.h0 : p.output + (t - 1) * cell);
-            const int width = NK * KC;
-            for (int e = tid; e < BT * width; e += blockDim.x) {
-                const int r = e / width, c = e - r * width, b = b0 + r;
-                staged[r * RS + (c / KC) * (KC + kPad) + c % KC] =
-                    (b < B && c < K) ? load_cg(src + (int64_t)b * K + c) : A(0);
+        // this step's own operands, none written by another block: loaded first, they arrive
+        // while the product runs
+        A g_own[3] = {A(0), A(0), A(0)}, extra = A(0);
+        if (owns && t >= 0) {
+#pragma unroll
+            for (int i = 0; i < 3; ++i) g_own[i] = prl::load(p.gates[t * gate + kg_own + i * S]);
+            if (Backward) {
+                extra = prl::load(p.grad_output[t * cell + k_own]);
             }
+        }
+        A old_cell = carried;
+        if (Backward && owns && t >= 0) old_cell = prl::load(t == 0 ? p.c0[k_own] : p.cells[(t - 1) * cell + k_own]);
+        if (product) {
+            // the left operand: h_{t-1}, or d_gates[t + 1]
+            const T *src = Backward ? p.d_gates + (t + 1) * gate : (t == 0 ? p.h0 : p.output + (t - 1) * cell);
+            if (p.vec) stage_rows<T, A, KC, V>(staged, RS, src, b0, BT, B, K, width);
+            else stage_rows<T, A, KC, 1>(staged, RS, src, b0, BT, B, K, width);
             __syncthreads();
             if (kc < NK) {
                 for (int r = 0; r < BT; ++r) {
@@ -183,47 +239,42 @@ __global__ void __launch_bounds__(kSeqThreads, 2) lltm_sequence_kernel(SequenceA
             }
             __syncthreads();
         }
-        // each (row, column) of the tile: the sum of its partials, then the pointwise step
-        for (int o = tid; o < BT * JT; o += blockDim.x) {
-            const int r = o / JT, c = o - r * JT, b = b0 + r, j = j0 + c;
-            if (b >= B || j >= S) continue;
+        if (owns) {
             A sum[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 sum[g] = A(0);
                 if (product)
-                    for (int q = 0; q < NK; ++q) sum[g] += partial[q * PS + (r * G + g) * JT + c];
+                    for (int q = 0; q < NK; ++q) sum[g] += partial[q * PS + (out_r * G + g) * JT + out_c];
             }
-            const int64_t k = (int64_t)b * S + j, kg = (int64_t)b * 3 * S + j;
             if (Backward && t < 0) {  // d_h0 = d_gates[0] W_h
-                p.d_h0[k] = prl::store<T>(sum[0]);
-                continue;
-            }
-            const A old_cell = prl::load(t == 0 ? p.c0[k] : p.cells[(t - 1) * cell + k]);
-            T *g_t = p.gates + t * gate + kg;
-            if (!Backward) {
+                p.d_h0[k_own] = prl::store<T>(sum[0]);
+            } else if (!Backward) {
+                T *g_t = p.gates + t * gate + kg_own;
                 A g[3], h, c_new;
 #pragma unroll
                 for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the step-by-step path reads them
-                    const T stored = prl::store<T>(prl::load(g_t[i * S]) + sum[i]);
+                    const T stored = prl::store<T>(g_own[i] + sum[i]);
                     g_t[i * S] = stored;
                     g[i] = prl::load(stored);
                 }
                 prl::lltm_forward_math<A>(g[0], g[1], g[2], old_cell, h, c_new);
-                p.output[t * cell + k] = prl::store<T>(h);
-                p.cells[t * cell + k] = prl::store<T>(c_new);
+                const T c_stored = prl::store<T>(c_new);
+                p.output[t * cell + k_own] = prl::store<T>(h);
+                p.cells[t * cell + k_own] = c_stored;
+                carried = prl::load(c_stored);  // the next step reads the cell as stored
             } else {
-                // the gradient reaching h_t (stored, as the step-by-step path adds it), and new_cell's
-                const A grad_h = prl::load(prl::store<T>(prl::load(p.grad_output[t * cell + k]) + sum[0]));
-                const A grad_cell = t == p.steps - 1 ? (p.grad_c_n ? prl::load(p.grad_c_n[k]) : A(0))
-                                                     : prl::load(p.d_c0[k]);  // this thread's own last write
+                // the gradient reaching h_t (rounded as the step-by-step path stores it), and new_cell's
+                const A grad_h = prl::load(prl::store<T>(extra + sum[0]));
                 A d[3], d_cell;
-                prl::lltm_backward_math<A>(grad_h, grad_cell, prl::load(g_t[0]), prl::load(g_t[S]),
-                                           prl::load(g_t[2 * S]), old_cell, d[0], d[1], d[2], d_cell);
-                T *dg = p.d_gates + t * gate + kg;
+                prl::lltm_backward_math<A>(grad_h, carried, g_own[0], g_own[1], g_own[2], old_cell, d[0], d[1], d[2],
+                                           d_cell);
+                T *dg = p.d_gates + t * gate + kg_own;
 #pragma unroll
                 for (int i = 0; i < 3; ++i) dg[i * S] = prl::store<T>(d[i]);
-                p.d_c0[k] = prl::store<T>(d_cell);
+                const T d_cell_stored = prl::store<T>(d_cell);
+                carried = prl::load(d_cell_stored);
+                if (t == 0) p.d_c0[k_own] = d_cell_stored;
             }
         }
         if (s + 1 < phases) grid.sync();  // step t is written everywhere; also a block barrier
@@ -263,7 +314,7 @@ template <typename T, bool Backward> cudaError_t make_plan(int64_t batch, int64_
     const int64_t j_tiles = (state + shape.jt - 1) / shape.jt;
     for (int64_t bt = 1;; bt *= 2) {
         const int64_t smem = shared_bytes<A, Backward>(shape, (int)bt);
-        if (smem > smem_max) break;
+        if (smem > smem_max || bt * shape.jt > shape.threads) break;  // a thread finishes one (row, column)
         const int64_t blocks = j_tiles * ((batch + bt - 1) / bt);
         int per_sm = 0;
         err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads, (size_t)smem);
@@ -387,6 +438,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const 
         args.steps = (int)steps;
         args.batch = (int)batch;
         args.state = (int)state;
+        args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(h0) && prl::aligned16(output);
         return launch_sequence<T, false>(fn, args, dtype, device, stream);
     });
     PRL_API_END
@@ -426,6 +478,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_o
         args.steps = (int)steps;
         args.batch = (int)batch;
         args.state = (int)state;
+        args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(d_gates);
         return launch_sequence<T, true>(fn, args, dtype, device, stream);
     });
     PRL_API_END
