@@ -16,8 +16,7 @@ Layers, as for the cell:
   and pointwise work fused, the weights held in registers, a grid-wide barrier between
   steps); otherwise the step-by-step loops are captured into CUDA graphs and replayed
   when a call repeats (``graphs.py``), unless a capture is already under way (then they
-  are captured into that).  ``PYROUNDLIB_PERSISTENT_SEQUENCE=0`` turns the persistent
-  kernels off.
+  are captured into that).  Which route runs: ``_persistent``.
 - ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
   mode ``jvp``); when a graph of the gradient is being built, its backward runs as
   differentiable torch ops instead (double backward, torch.func).
@@ -43,15 +42,29 @@ from .lltm import (LLTMParameters, _activations, _backward_differentiable, _back
 # replay costs less host time than the loop run as it is.
 COPIES_PAY_FROM_STEPS = 4
 
+# The persistent kernels (one launch per direction for the whole recurrence) are used where
+# they fit and pay.  They compute in float (double for float64) on CUDA cores, so for 16-bit
+# types cuBLAS's tensor-core GEMMs step by step stay faster; and for small sequences the call
+# is bound by host time, where the step-by-step loops replayed from CUDA graphs (graphs.py)
+# cost the host less than the persistent route's plain launches.  Measured on an H100
+# (benchmarks/NOTES.md): at (T, B, S) = (50, 64, 512), float32, fwd+bwd 1.87 ms against 2.21 ms
+# step by step; at (8, 32, 64), 1.57 ms against 1.13 ms.  PYROUNDLIB_PERSISTENT_SEQUENCE=1 uses
+# them wherever they fit, =0 never.
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
+PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels pay (float32, float64)
 _sequence_forward_kernel = Kernel("lltm_sequence_forward", cpu=False)
 _sequence_backward_kernel = Kernel("lltm_sequence_backward", cpu=False)
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
 
 
-def _persistent(t: Tensor, batch: int, state: int) -> bool:
+def _persistent(t: Tensor, steps: int, batch: int, state: int) -> bool:
     """Whether this call's recurrence runs in the persistent CUDA kernels."""
-    if not t.is_cuda or os.environ.get(PERSISTENT_ENV_VAR, "1") in ("0", ""):
+    if not t.is_cuda:
+        return False
+    choice = os.environ.get(PERSISTENT_ENV_VAR, "")
+    if choice == "0":
+        return False
+    if choice != "1" and (t.dtype not in (torch.float32, torch.float64) or steps * batch * state < PERSISTENT_MIN_WORK):
         return False
     key = (t.get_device(), t.dtype, batch, state)
     fits = _fits.get(key)
@@ -191,7 +204,7 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     state = h0.shape[1]
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
-    if steps and _persistent(input, batch, state):
+    if steps and _persistent(input, steps, batch, state):
         _forward_persistent(input, weights, bias, h0, c0, output, c_n, cells, gates)
     elif steps:
         graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5,
@@ -217,7 +230,7 @@ def _backward_op(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: 
     tensors = [t.contiguous() for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
     grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
              torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
-    if _persistent(input, input.shape[1], h0.shape[1]):
+    if _persistent(input, *input.shape[:2], h0.shape[1]):
         _backward_persistent(*tensors, *grads)
     else:
         graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),

@@ -365,7 +365,7 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     with torch.no_grad():
         args[1].mul_(0.2)  # weights in a useful range: the gates neither saturate nor explode over the steps
     # float64 holds half the weights per register file: at S = 512 its tiles do not fit
-    assert sequence._persistent(args[0], batch, state) == (dtype != torch.float64 or state < 512)
+    assert sequence._persistent(args[0], steps, batch, state) == (dtype != torch.float64 or state < 512)
     check_against_reference(args, TOLERANCES[dtype])
     first = ours(*args)
     first_grads = torch.autograd.grad(weighted_loss(first), args)
@@ -376,11 +376,21 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
 
 
 @requires_cuda
-def test_persistent_kernels_do_not_fit_large_states():
+def test_route_by_default(monkeypatch):
+    """Unset, the persistent kernels run for float32/float64 sequences with enough work."""
+    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
+    for dtype, shape, want in [(torch.float32, (50, 64, 512), True), (torch.float32, (8, 32, 64), False),
+                               (torch.bfloat16, (50, 64, 512), False), (torch.float32, (100, 256, 1024), False)]:
+        assert sequence._persistent(torch.empty(1, device="cuda", dtype=dtype), *shape) == want, (dtype, shape)
+
+
+@requires_cuda
+def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     """Where the weights do not fit on chip the route is the step-by-step one, and the C
     entry point refuses to launch rather than run a grid that cannot be co-resident."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     x = torch.empty(1, device="cuda")
-    assert not sequence._persistent(x, 4096, 8192)
+    assert not sequence._persistent(x, 1, 4096, 8192)
     lib = pyroundlib._ffi.library()
     with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
         lib.prl_lltm_sequence_forward_cuda(1, 1, 8192, 1, 1, 1, 1, 1, 4096, 8192, 0, 0, None)

@@ -123,7 +123,7 @@ template <typename A, bool Backward> int64_t shared_bytes(const Shape &s, int bt
 // Stages rows b0 .. b0 + BT - 1 of src ([B, K], row-major) in shared memory as
 // staged[r][k / KC][k % KC] (zeros past the edges).  Each thread issues kBatch loads before
 // it stores any (one round trip to L2, not kBatch of them), of 16 bytes each when `vec`.
-constexpr int kBatch = 4;
+constexpr int kBatch = 8;
 
 template <typename T, typename A, int KC, int V>
 __device__ __forceinline__ void stage_rows(A *staged, int row_stride, const T *src, int b0, int BT, int B, int K,
@@ -224,17 +224,25 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             if (kc < NK) {
                 for (int r = 0; r < BT; ++r) {
                     const A *a = staged + r * RS + kc * (KC + kPad);
-                    A acc[G][2];
+                    constexpr int C = G == 1 ? 4 : 2;  // independent sums per output: FMA latency hidden
+                    A acc[G][C];
 #pragma unroll
-                    for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = A(0);
+                    for (int g = 0; g < G; ++g)
+#pragma unroll
+                        for (int q = 0; q < C; ++q) acc[g][q] = A(0);
 #pragma unroll
                     for (int i = 0; i < KC; i += 4) {
                         const auto a4 = load4(a + i);
 #pragma unroll
-                        for (int g = 0; g < G; ++g) fma4(acc[g][(i / 4) & 1], &w[g][i], a4);
+                        for (int g = 0; g < G; ++g) fma4(acc[g][(i / 4) % C], &w[g][i], a4);
                     }
 #pragma unroll
-                    for (int g = 0; g < G; ++g) partial[kc * PS + (r * G + g) * JT + jj] = acc[g][0] + acc[g][1];
+                    for (int g = 0; g < G; ++g) {
+                        A total = acc[g][0];
+#pragma unroll
+                        for (int q = 1; q < C; ++q) total += acc[g][q];
+                        partial[kc * PS + (r * G + g) * JT + jj] = total;
+                    }
                 }
             }
             __syncthreads();
