@@ -104,6 +104,13 @@ def _pointers(t: Tensor) -> List[int]:
     return [base + k * step for k in range(t.shape[0])]
 
 
+def _input_half(input: Tensor, weights: Tensor, bias: Tensor, gates: Tensor) -> None:
+    """gates[t] = x_t @ W_x^T + b for every step, one GEMM of [T*B, I] x [I, 3S]."""
+    steps, batch, features = input.shape
+    torch.addmm(bias, input.view(steps * batch, features), weights[:, weights.shape[1] - features:].t(),
+                out=gates.view(steps * batch, gates.shape[2]))
+
+
 def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, output: Tensor,
                   c_n: Tensor, cells: Tensor, gates: Tensor) -> None:
     """Fills gates [T, B, 3S], output (new_h of each step), cells (new_cell) [T, B, S] and
@@ -111,8 +118,8 @@ def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: 
     steps, batch, features = input.shape
     state = h0.shape[1]
     code = DTYPE_CODES[input.dtype]
-    w_h, w_x = weights[:, :state], weights[:, state:]
-    torch.addmm(bias, input.view(steps * batch, features), w_x.t(), out=gates.view(steps * batch, 3 * state))
+    w_h = weights[:, :state]
+    _input_half(input, weights, bias, gates)
     g, g_ptr, h_ptr, c_ptr = gates.unbind(0), _pointers(gates), _pointers(output), _pointers(cells)
     h, old_cell = h0, c0.data_ptr()
     for t in range(steps):
@@ -127,8 +134,7 @@ def _forward_persistent(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor
     """_forward_loop's results from one GEMM (the input half) and one persistent kernel."""
     steps, batch, features = input.shape
     state = h0.shape[1]
-    torch.addmm(bias, input.view(steps * batch, features), weights[:, state:].t(),
-                out=gates.view(steps * batch, 3 * state))
+    _input_half(input, weights, bias, gates)
     _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
                              c0.data_ptr(), output.data_ptr(), cells.data_ptr(), steps, batch, state,
                              DTYPE_CODES[input.dtype])

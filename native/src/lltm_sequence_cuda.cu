@@ -383,6 +383,18 @@ prl_status launch_sequence(const char *fn, SequenceArgs<T> args, int dtype, int 
     return PRL_SUCCESS;
 }
 
+// The arguments both directions share; each entry point adds its buffers.
+template <typename T>
+SequenceArgs<T> shared_args(const void *w_h, int64_t ldw, int64_t steps, int64_t batch, int64_t state) {
+    SequenceArgs<T> args{};
+    args.w_h = static_cast<const T *>(w_h);
+    args.ldw = ldw;
+    args.steps = (int)steps;
+    args.batch = (int)batch;
+    args.state = (int)state;
+    return args;
+}
+
 prl_status check_sequence_sizes(const char *fn, int64_t steps, int64_t batch, int64_t state, int64_t ldw) {
     PRL_TRY(prl::check_count(fn, "steps", steps));
     PRL_TRY(prl::check_lltm_sizes(fn, batch, state));
@@ -435,17 +447,12 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const 
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (all == 0) return PRL_SUCCESS;
-        SequenceArgs<T> args{};
+        SequenceArgs<T> args = shared_args<T>(w_h, ldw, steps, batch, state);
         args.gates = static_cast<T *>(gates);
-        args.w_h = static_cast<const T *>(w_h);
-        args.ldw = ldw;
         args.h0 = static_cast<const T *>(h0);
         args.c0 = static_cast<const T *>(c0);
         args.output = static_cast<T *>(output);
         args.cells = static_cast<T *>(cells);
-        args.steps = (int)steps;
-        args.batch = (int)batch;
-        args.state = (int)state;
         args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(h0) && prl::aligned16(output);
         return launch_sequence<T, false>(fn, args, dtype, device, stream);
     });
@@ -472,20 +479,15 @@ extern "C" PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_o
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (all == 0) return PRL_SUCCESS;
-        SequenceArgs<T> args{};
+        SequenceArgs<T> args = shared_args<T>(w_h, ldw, steps, batch, state);
         args.grad_output = static_cast<const T *>(grad_output);
         args.grad_c_n = static_cast<const T *>(grad_c_n);
         args.gates = const_cast<T *>(static_cast<const T *>(gates));  // read only in the backward
-        args.w_h = static_cast<const T *>(w_h);
-        args.ldw = ldw;
         args.c0 = static_cast<const T *>(c0);
         args.cells = const_cast<T *>(static_cast<const T *>(cells));
         args.d_gates = static_cast<T *>(d_gates);
         args.d_h0 = static_cast<T *>(d_h0);
         args.d_c0 = static_cast<T *>(d_c0);
-        args.steps = (int)steps;
-        args.batch = (int)batch;
-        args.state = (int)state;
         args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(d_gates);
         return launch_sequence<T, true>(fn, args, dtype, device, stream);
     });
