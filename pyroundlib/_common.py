@@ -1,6 +1,7 @@
 """What both ops share: dtype codes, argument checks, and the launch on the tensor's device."""
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -42,6 +43,17 @@ def define_composite(schema: str, fn) -> str:
     LIBRARY.define(schema)
     LIBRARY.impl(name, fn, "CompositeImplicitAutograd")
     return f"pyroundlib::{name}"
+
+
+def signature_once(function_class):
+    """Class decorator: ``function_class.forward``'s signature computed once, not per call.
+    ``Function.apply`` binds each call's arguments to ``forward``'s signature when the
+    Function defines ``setup_context`` (as torch.func requires), with ``inspect.signature``,
+    which returns a function's ``__signature__`` when it has one: 36 -> 11 us of host time a
+    call on the development VM (benchmarks/NOTES.md).  Subclasses inherit the same ``forward``."""
+    forward = function_class.forward
+    forward.__signature__ = inspect.signature(forward)
+    return function_class
 
 
 def function_for(traced, eager):

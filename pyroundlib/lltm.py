@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_composite,
-                      define_op, function_for, ptr)
+                      define_op, function_for, ptr, signature_once)
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -174,6 +174,7 @@ def _batched_rows(info, in_dims, *tensors):
     return out
 
 
+@signature_once
 class _LLTMPointwiseNoJvp(torch.autograd.Function):
     """LLTMPointwiseFunction without its forward-mode derivative: what torch.compile
     traces (Dynamo refuses a Function that defines ``jvp``)."""

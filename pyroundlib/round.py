@@ -16,7 +16,7 @@ Layers:
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, check_tensor, define_op, function_for
+from ._common import DTYPE_CODES, Kernel, check_tensor, define_op, function_for, signature_once
 
 _round_kernel = Kernel("round")
 
@@ -46,6 +46,7 @@ define_op("round(Tensor x) -> Tensor", _round_op, _round_fake, backward=_zero_gr
 define_op("round_ste(Tensor x) -> Tensor", _round_op, _round_fake, backward=_straight_through)
 
 
+@signature_once
 class _RoundSTENoJvp(torch.autograd.Function):
     """RoundSTEFunction without its forward-mode derivative: what torch.compile traces
     (Dynamo refuses a Function that defines ``jvp``)."""

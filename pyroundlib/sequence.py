@@ -32,7 +32,7 @@ from torch import Tensor
 
 from . import _ffi, graphs
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_op,
-                      function_for)
+                      function_for, ptr, signature_once)
 from .lltm import (LLTMParameters, _activations, _backward_differentiable, _backward_kernel, _forward_kernel,
                    _pointwise_jvp)
 
@@ -129,31 +129,34 @@ def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: 
     c_n.copy_(cells[steps - 1])
 
 
-def _forward_persistent(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, output: Tensor,
-                        c_n: Tensor, cells: Tensor, gates: Tensor) -> None:
-    """_forward_loop's results from one GEMM (the input half) and one persistent kernel."""
+def _forward_persistent(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
+    """_forward_op's results from one GEMM (the input half) and one persistent kernel; the
+    GEMM is enqueued before the other outputs are allocated (host time the GPU need not wait)."""
     steps, batch, features = input.shape
     state = h0.shape[1]
+    gates = input.new_empty(steps, batch, 3 * state)
     _input_half(input, weights, bias, gates)
+    output, cells, c_n = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state), torch.empty_like(c0)
     _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
-                             c0.data_ptr(), output.data_ptr(), cells.data_ptr(), steps, batch, state,
+                             c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), steps, batch, state,
                              DTYPE_CODES[input.dtype])
-    c_n.copy_(cells[steps - 1])
+    return output, c_n, cells, gates
 
 
-def _backward_persistent(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
-                         c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_input: Tensor,
-                         d_weights: Tensor, d_bias: Tensor, d_h0: Tensor, d_c0: Tensor) -> None:
-    """_backward_loop's results from one persistent kernel (the reverse recurrence, d_h0
-    and d_c0) and the products over all steps."""
+def _backward_persistent(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor, weights: Tensor, h0: Tensor,
+                         c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor):
+    """_backward_op's results from one persistent kernel (the reverse recurrence, d_h0 and
+    d_c0), launched first, and the products over all steps."""
     steps, batch, features = input.shape
     state = h0.shape[1]
-    d_gates = torch.empty_like(gates)
-    _sequence_backward_kernel(input, grad_output.data_ptr(), grad_c_n.data_ptr(), gates.data_ptr(),
+    d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
+    _sequence_backward_kernel(input, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(),
                               weights.data_ptr(), state + features, c0.data_ptr(), cells.data_ptr(),
                               d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), steps, batch, state,
                               DTYPE_CODES[input.dtype])
+    d_input, d_weights, d_bias = torch.empty_like(input), torch.empty_like(weights), weights.new_empty(weights.shape[0])
     _gradients_of_all_steps(d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
+    return d_input, d_weights, d_bias, d_h0, d_c0
 
 
 def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0: Tensor, output: Tensor,
@@ -208,11 +211,11 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
     steps, batch, _ = input.shape
     state = h0.shape[1]
+    if steps and _persistent(input, steps, batch, state):
+        return _forward_persistent(input, weights, bias, h0, c0)
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
-    if steps and _persistent(input, steps, batch, state):
-        _forward_persistent(input, weights, bias, h0, c0, output, c_n, cells, gates)
-    elif steps:
+    if steps:
         graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5,
                    copies_pay=steps >= COPIES_PAY_FROM_STEPS)
     else:
@@ -227,20 +230,22 @@ def _forward_fake(input, weights, bias, h0, c0):
             input.new_empty(steps, batch, state), input.new_empty(steps, batch, 3 * state))
 
 
-def _backward_op(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor, c0: Tensor,
-                 output: Tensor, cells: Tensor, gates: Tensor):
-    """-> (d_input, d_weights, d_bias, d_h0, d_c0)."""
+def _backward_op(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor, weights: Tensor, h0: Tensor,
+                 c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor):
+    """-> (d_input, d_weights, d_bias, d_h0, d_c0); grad_c_n None: zero."""
     if input.shape[0] == 0:
         return (torch.zeros_like(input), torch.zeros_like(weights), weights.new_zeros(weights.shape[0]),
-                torch.zeros_like(h0), grad_c_n.clone())
-    tensors = [t.contiguous() for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
+                torch.zeros_like(h0), torch.zeros_like(c0) if grad_c_n is None else grad_c_n.clone())
+    tensors = [t if t is None else t.contiguous()
+               for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
+    if _persistent(input, *input.shape[:2], h0.shape[1]):
+        return _backward_persistent(*tensors)
+    if grad_c_n is None:
+        tensors[1] = torch.zeros_like(tensors[5])
     grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
              torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
-    if _persistent(input, *input.shape[:2], h0.shape[1]):
-        _backward_persistent(*tensors, *grads)
-    else:
-        graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),
-                   copies_pay=input.shape[0] >= COPIES_PAY_FROM_STEPS)
+    graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),
+               copies_pay=input.shape[0] >= COPIES_PAY_FROM_STEPS)
     return grads
 
 
@@ -249,7 +254,7 @@ def _backward_fake(grad_output, grad_c_n, input, weights, h0, c0, output, cells,
             torch.empty_like(h0), torch.empty_like(c0))
 
 
-define_op("lltm_sequence_backward(Tensor grad_output, Tensor grad_c_n, Tensor input, Tensor weights, Tensor h0, "
+define_op("lltm_sequence_backward(Tensor grad_output, Tensor? grad_c_n, Tensor input, Tensor weights, Tensor h0, "
           "Tensor c0, Tensor output, Tensor cells, Tensor gates) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
           _backward_op, _backward_fake)
 
@@ -277,7 +282,7 @@ def _sequence_backward_differentiable(grad_output, grad_c_n, input, weights, bia
     state = h0.shape[1]
     hs, cs, gates = _recompute(input, weights, bias, h0, c0)
     w_h, w_x = weights[:, :state], weights[:, state:]
-    d_h, d_c = torch.zeros_like(h0), grad_c_n
+    d_h, d_c = torch.zeros_like(h0), grad_c_n  # None: zero
     d_gates = [None] * len(gates)
     for t in range(len(gates) - 1, -1, -1):
         d_gates[t], d_c = _backward_differentiable(grad_output[t] + d_h, d_c, gates[t], cs[t])
@@ -293,10 +298,17 @@ def _setup(ctx, inputs, output) -> None:
     output, _, cells, gates = output
     ctx.mark_non_differentiable(cells, gates)
     ctx.save_for_backward(*inputs, output, cells, gates)
+    # Outputs that got no gradient arrive as None, not as zeros autograd would allocate and
+    # fill (cells and gates never get one; c_n seldom): the backward treats None as zero.
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_output, grad_c_n, _grad_cells=None, _grad_gates=None):
     input, weights, bias, h0, c0, output, cells, gates = ctx.saved_tensors
+    if grad_output is None:
+        if grad_c_n is None:
+            return None, None, None, None, None
+        grad_output = torch.zeros_like(output)
     if torch.is_grad_enabled():  # a graph of the gradient is being built
         return _sequence_backward_differentiable(grad_output, grad_c_n, input, weights, bias, h0, c0)
     return torch.ops.pyroundlib.lltm_sequence_backward(grad_output, grad_c_n, input, weights, h0, c0, output, cells,
@@ -310,6 +322,7 @@ define_op("lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tens
 
 # ---- the autograd Function -------------------------------------------------------------------------
 
+@signature_once
 class _LLTMSequenceNoJvp(torch.autograd.Function):
     """LLTMSequenceFunction without its forward-mode derivative: what torch.compile traces."""
 

@@ -20,7 +20,7 @@ LIB = Path(pyroundlib.library_info()["path"])
 def test_library_info():
     info = pyroundlib.library_info()
     assert Path(info["path"]).exists()
-    assert info["abi_version"] == pyroundlib.ABI_VERSION == 3
+    assert info["abi_version"] == pyroundlib.ABI_VERSION == 4  # native/include/pyroundlib.h
     assert isinstance(info["cuda"], bool)
     if info["cuda"]:
         assert any(a.startswith("90") for a in info["cuda_architectures"])  # H100/H200
@@ -118,7 +118,7 @@ def test_other_abi_version(monkeypatch, tmp_path):
     lib = tmp_path / "libfake.so"
     subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
     monkeypatch.setenv(_ffi.ENV_VAR, str(lib))
-    with pytest.raises(pyroundlib.LibraryLoadError, match="ABI version 999.*needs ABI version 3"):
+    with pytest.raises(pyroundlib.LibraryLoadError, match=f"ABI version 999.*needs ABI version {_ffi.ABI_VERSION}"):
         _ffi.load_library()
 
 

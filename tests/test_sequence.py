@@ -69,6 +69,20 @@ def test_matches_reference_loop(device, dtype, steps, batch, features, state):
     check_against_reference(seq_args(steps, batch, features, state, dtype, device), TOLERANCES[dtype])
 
 
+@pytest.mark.parametrize("used", ["output", "c_n", "h_n"])
+def test_gradient_through_some_outputs(device, used):
+    """Outputs the loss does not use reach the backward as None (no zeros are materialised):
+    the gradient of the others alone, against the reference."""
+    args = seq_args(5, 3, 4, 8, torch.float32, device)
+    ref_args = [a.detach().to(torch.float64).requires_grad_() for a in args]
+    pick = {"output": lambda o: o[0].sum(), "c_n": lambda o: (o[2] * o[2]).sum(), "h_n": lambda o: o[1].sum()}[used]
+    grads = torch.autograd.grad(pick(ours(*args)), args)
+    ref_grads = torch.autograd.grad(pick(reference(*ref_args)), ref_args)
+    for g, w in zip(grads, ref_grads):
+        torch.testing.assert_close(g.double(), w, **TOLERANCES[torch.float32])
+        assert g.abs().sum() > 0  # every input gets a nonzero gradient from each output
+
+
 def test_repeated_calls_same_shape(device):
     """On CUDA the first call runs the loops eagerly, the second captures them into graphs,
     later ones replay them: every call must give fresh, right results."""

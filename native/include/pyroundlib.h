@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 3
+#define PRL_ABI_VERSION 4
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -139,7 +139,8 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
  *   (ldw = state + input for a contiguous weights).
  * Forward: gates [T, batch, 3*state]: on entry x_t @ W_x^T + b, on return the full
  *   pre-activations (what the backward reads); h0, c0 [batch, state]; output (new_h of
- *   every step) and cells (new_cell of every step) [T, batch, state] (outputs).
+ *   every step) and cells (new_cell of every step) [T, batch, state] (outputs); c_n
+ *   [batch, state]: the last step's new_cell once more (an output; NULL: not written).
  * Backward: grad_output [T, batch, state] (gradient of output), grad_c_n [batch, state]
  *   (gradient of the last new_cell; NULL = zero), gates / c0 / cells as the forward left
  *   them; d_gates [T, batch, 3*state], d_h0, d_c0 [batch, state] (outputs).  The weight,
@@ -147,7 +148,7 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
 PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device, int *fits);
 PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
                                                   const void *h0, const void *c0,
-                                                  void *output, void *cells,
+                                                  void *output, void *cells, void *c_n,
                                                   int64_t steps, int64_t batch, int64_t state, int dtype,
                                                   int device, void *stream);
 PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_output, const void *grad_c_n,

@@ -30,7 +30,7 @@ PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t, int64_t, int, int, int *
 }
 
 PRL_API prl_status prl_lltm_sequence_forward_cuda(void *, const void *, int64_t, const void *, const void *, void *,
-                                                  void *, int64_t, int64_t, int64_t, int, int, void *) {
+                                                  void *, void *, int64_t, int64_t, int64_t, int, int, void *) {
     return not_compiled(__func__);
 }
 

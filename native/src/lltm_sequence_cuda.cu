@@ -50,6 +50,7 @@ template <typename T> struct SequenceArgs {
     int64_t ldw;
     const T *h0, *c0;        // [batch, S]
     T *output, *cells;       // [steps, batch, S]: new_h and new_cell of each step (forward out, backward in)
+    T *c_n;                  // [batch, S], or NULL: the last new_cell again (forward out)
     const T *grad_output;    // [steps, batch, S]               (backward)
     const T *grad_c_n;       // [batch, S], or NULL: zero        (backward)
     T *d_gates;              // [steps, batch, 3S]              (backward out)
@@ -270,6 +271,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 const T c_stored = prl::store<T>(c_new);
                 p.output[t * cell + k_own] = prl::store<T>(h);
                 p.cells[t * cell + k_own] = c_stored;
+                if (t == p.steps - 1 && p.c_n) p.c_n[k_own] = c_stored;
                 carried = prl::load(c_stored);  // the next step reads the cell as stored
             } else {
                 // the gradient reaching h_t (rounded as the step-by-step path stores it), and new_cell's
@@ -432,7 +434,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t
 
 extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
                                                              const void *h0, const void *c0, void *output,
-                                                             void *cells, int64_t steps, int64_t batch,
+                                                             void *cells, void *c_n, int64_t steps, int64_t batch,
                                                              int64_t state, int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
@@ -453,6 +455,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const 
         args.c0 = static_cast<const T *>(c0);
         args.output = static_cast<T *>(output);
         args.cells = static_cast<T *>(cells);
+        args.c_n = static_cast<T *>(c_n);
         args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(h0) && prl::aligned16(output);
         return launch_sequence<T, false>(fn, args, dtype, device, stream);
     });

@@ -167,22 +167,22 @@ static void test_errors(void) {
         EXPECT_ERROR(prl_lltm_backward_cuda(NULL, NULL, x, x, y, NULL, NULL, 1, 1, PRL_FLOAT32, -1, NULL),
                      PRL_ERROR_INVALID_ARGUMENT, "'d_old_cell'");
         EXPECT_ERROR(prl_lltm_sequence_cuda_fits(1, 1, PRL_FLOAT32, -1, NULL), PRL_ERROR_INVALID_ARGUMENT, "'fits'");
-        EXPECT_ERROR(prl_lltm_sequence_forward_cuda(x, x, 0, x, x, y, y, 2, 1, 1, PRL_FLOAT32, -1, NULL),
+        EXPECT_ERROR(prl_lltm_sequence_forward_cuda(x, x, 0, x, x, y, y, y, 2, 1, 1, PRL_FLOAT32, -1, NULL),
                      PRL_ERROR_INVALID_ARGUMENT, "'ldw'");
-        EXPECT_ERROR(prl_lltm_sequence_forward_cuda(x, x, 1, x, x, NULL, y, 2, 1, 1, PRL_FLOAT32, -1, NULL),
+        EXPECT_ERROR(prl_lltm_sequence_forward_cuda(x, x, 1, x, x, NULL, y, NULL, 2, 1, 1, PRL_FLOAT32, -1, NULL),
                      PRL_ERROR_INVALID_ARGUMENT, "'output'");
         EXPECT_ERROR(prl_lltm_sequence_backward_cuda(x, NULL, x, x, 1, x, x, y, y, y, -3, 1, 1, PRL_FLOAT32, -1, NULL),
                      PRL_ERROR_INVALID_ARGUMENT, "'steps'");
         EXPECT_ERROR(prl_lltm_sequence_backward_cuda(x, NULL, x, x, 1, x, x, y, y, y, 2, 1, 1, 42, -1, NULL),
                      PRL_ERROR_UNSUPPORTED_DTYPE, "42");
-        CHECK(prl_lltm_sequence_forward_cuda(NULL, NULL, 4, NULL, NULL, NULL, NULL, 0, 3, 4, PRL_FLOAT32, -1, NULL) ==
+        CHECK(prl_lltm_sequence_forward_cuda(NULL, NULL, 4, NULL, NULL, NULL, NULL, NULL, 0, 3, 4, PRL_FLOAT32, -1, NULL) ==
               PRL_SUCCESS);
     } else {
         int fits = 1;
         EXPECT_ERROR(prl_lltm_sequence_cuda_fits(1, 1, PRL_FLOAT32, 0, &fits), PRL_ERROR_CUDA_NOT_COMPILED,
                      "prl_lltm_sequence_cuda_fits");
         CHECK(fits == 0);
-        EXPECT_ERROR(prl_lltm_sequence_forward_cuda(x, x, 1, x, x, y, y, 1, 1, 1, PRL_FLOAT32, 0, NULL),
+        EXPECT_ERROR(prl_lltm_sequence_forward_cuda(x, x, 1, x, x, y, y, y, 1, 1, 1, PRL_FLOAT32, 0, NULL),
                      PRL_ERROR_CUDA_NOT_COMPILED, "prl_lltm_sequence_forward_cuda");
         EXPECT_ERROR(prl_lltm_sequence_backward_cuda(x, x, x, x, 1, x, x, y, y, y, 1, 1, 1, PRL_FLOAT32, 0, NULL),
                      PRL_ERROR_CUDA_NOT_COMPILED, "prl_lltm_sequence_backward_cuda");

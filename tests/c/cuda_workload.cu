@@ -122,20 +122,25 @@ template <typename T> static void sequence_case(int dtype, int64_t steps, int64_
     auto gates = to_device(random_values<T>((size_t)(3 * n), 1.0)), w = to_device(random_values<T>((size_t)(3 * state * ldw), 0.2));
     auto h0 = to_device(random_values<T>((size_t)cell, 1.0)), c0 = to_device(random_values<T>((size_t)cell, 1.0));
     auto grad = to_device(random_values<T>((size_t)n, 1.0)), grad_c = to_device(random_values<T>((size_t)cell, 1.0));
-    T *out, *cells, *dg, *dh0, *dc0;
+    T *out, *cells, *c_n, *dg, *dh0, *dc0;
     cudaMalloc(&out, n * sizeof(T));
+    cudaMalloc(&c_n, cell * sizeof(T));
     cudaMalloc(&cells, n * sizeof(T));
     cudaMalloc(&dg, 3 * n * sizeof(T));
     cudaMalloc(&dh0, cell * sizeof(T));
     cudaMalloc(&dc0, cell * sizeof(T));
-    CHECK(prl_lltm_sequence_forward_cuda(gates, w, ldw, h0, c0, out, cells, steps, batch, state, dtype, 0, nullptr) ==
-          PRL_SUCCESS);
+    CHECK(prl_lltm_sequence_forward_cuda(gates, w, ldw, h0, c0, out, cells, c_n, steps, batch, state, dtype, 0,
+                                         nullptr) == PRL_SUCCESS);
     CHECK(prl_lltm_sequence_backward_cuda(grad, grad_c, gates, w, ldw, c0, cells, dg, dh0, dc0, steps, batch, state,
                                           dtype, 0, nullptr) == PRL_SUCCESS);
     CHECK(prl_lltm_sequence_backward_cuda(grad, nullptr, gates, w, ldw, c0, cells, dg, dh0, dc0, steps, batch, state,
                                           dtype, 0, nullptr) == PRL_SUCCESS);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
-    for (T *p : {gates, w, h0, c0, grad, grad_c, out, cells, dg, dh0, dc0}) cudaFree(p);
+    std::vector<T> last(cell), again(cell);  // c_n repeats the last step's cells bit for bit
+    cudaMemcpy(last.data(), cells + (steps - 1) * cell, cell * sizeof(T), cudaMemcpyDeviceToHost);
+    cudaMemcpy(again.data(), c_n, cell * sizeof(T), cudaMemcpyDeviceToHost);
+    CHECK(std::memcmp(last.data(), again.data(), cell * sizeof(T)) == 0);
+    for (T *p : {gates, w, h0, c0, grad, grad_c, out, cells, c_n, dg, dh0, dc0}) cudaFree(p);
 }
 
 int main() {
