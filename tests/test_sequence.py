@@ -407,7 +407,7 @@ def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     assert not sequence._persistent(x, 1, 4096, 8192)
     lib = pyroundlib._ffi.library()
     with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
-        lib.prl_lltm_sequence_forward_cuda(1, 1, 8192, 1, 1, 1, 1, 1, 4096, 8192, 0, 0, None)
+        lib.prl_lltm_sequence_forward_cuda(1, 1, 8192, 1, 1, 1, 1, 1, 1, 4096, 8192, 0, 0, None)
 
 
 @requires_two_gpus
