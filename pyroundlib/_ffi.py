@@ -53,10 +53,12 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
     #                                             batch state dtype device fits (int *)
     ("prl_lltm_sequence_cuda_fits",     STATUS, (_I64, _I64, _INT, _INT, _P)),
-    #                                             gates w_h ldw h0 c0 output cells c_n steps batch state dtype device stream
+    #                                             gates w_h ldw h0 c0 output cells c_n steps batch state dtype [device stream]
+    ("prl_lltm_sequence_forward_cpu",   STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     ("prl_lltm_sequence_forward_cuda",  STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT, _INT, _P)),
     #                                             grad_output grad_c_n gates w_h ldw c0 cells d_gates d_h0 d_c0
-    #                                             steps batch state dtype device stream
+    #                                             steps batch state dtype [device stream]
+    ("prl_lltm_sequence_backward_cpu",  STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     ("prl_lltm_sequence_backward_cuda", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT,
                                                  _INT, _P)),
 )

@@ -14,9 +14,10 @@ Layers, as for the cell:
   On CUDA, where the recurrent weights fit on chip (``prl_lltm_sequence_cuda_fits``), the
   recurrence of all steps runs in one persistent kernel per direction (the step's GEMM
   and pointwise work fused, the weights held in registers, a grid-wide barrier between
-  steps); otherwise the step-by-step loops are captured into CUDA graphs and replayed
-  when a call repeats (``graphs.py``), unless a capture is already under way (then they
-  are captured into that).  Which route runs: ``_persistent``.
+  steps); on the CPU, for small states, in one loop of the library's (``prl_lltm_sequence_*_cpu``).
+  Otherwise the step-by-step loops run from Python, on CUDA captured into CUDA graphs and
+  replayed when a call repeats (``graphs.py``), unless a capture is already under way (then
+  they are captured into that).  Which route runs: ``_one_call``.
 - ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
   mode ``jvp``); when a graph of the gradient is being built, its backward runs as
   differentiable torch ops instead (double backward, torch.func).
@@ -42,28 +43,33 @@ from .lltm import (LLTMParameters, _activations, _backward_differentiable, _back
 # replay costs less host time than the loop run as it is.
 COPIES_PAY_FROM_STEPS = 4
 
-# The persistent kernels (one launch per direction for the whole recurrence) are used where
-# they fit and pay.  They compute in float (double for float64) on CUDA cores, so for 16-bit
-# types cuBLAS's tensor-core GEMMs step by step stay faster; and for small sequences the call
-# is bound by host time, where the step-by-step loops replayed from CUDA graphs (graphs.py)
-# cost the host less than the persistent route's plain launches.  Measured on an H100
-# (benchmarks/NOTES.md): at (T, B, S) = (50, 64, 512), float32, fwd+bwd 1.87 ms against 2.21 ms
-# step by step; at (8, 32, 64), 1.57 ms against 1.13 ms.  PYROUNDLIB_PERSISTENT_SEQUENCE=1 uses
-# them wherever they fit, =0 never.
+# The whole recurrence in one library call per direction: on CUDA the persistent kernels (one
+# cooperative launch each), on the CPU the library's single-threaded loop.  Where they fit and pay:
+# - CUDA: float32/float64 sequences with T*B*S >= PERSISTENT_MIN_WORK.  They compute in float
+#   (double for float64) on CUDA cores, so for 16-bit types cuBLAS's tensor-core GEMMs step by
+#   step stay faster; and short sequences are bound by host time, where the step-by-step loops
+#   replayed from CUDA graphs (graphs.py) cost the host less than the persistent route's plain
+#   launches.  Measured on an H100 (benchmarks/NOTES.md): at (T, B, S) = (50, 64, 512), float32,
+#   fwd+bwd 1.87 ms against 2.21 ms step by step; at (8, 32, 64), 1.57 ms against 1.13 ms.
+# - CPU: every dtype, while one step's product (B x S x 3S multiply-adds) is at most
+#   CPU_MAX_STEP_WORK: there the per-step Python, dispatcher and ctypes calls of the loop cost
+#   more than the product; larger products go to torch's (multithreaded) GEMMs step by step.
+# PYROUNDLIB_PERSISTENT_SEQUENCE=1 uses them wherever they fit, =0 never.
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
-PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels pay (float32, float64)
-_sequence_forward_kernel = Kernel("lltm_sequence_forward", cpu=False)
-_sequence_backward_kernel = Kernel("lltm_sequence_backward", cpu=False)
+PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent CUDA kernels pay (float32, float64)
+CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the library pays
+_sequence_forward_kernel = Kernel("lltm_sequence_forward")
+_sequence_backward_kernel = Kernel("lltm_sequence_backward")
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
 
 
-def _persistent(t: Tensor, steps: int, batch: int, state: int) -> bool:
-    """Whether this call's recurrence runs in the persistent CUDA kernels."""
-    if not t.is_cuda:
-        return False
+def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
+    """Whether this call's recurrence runs in one library call per direction (above)."""
     choice = os.environ.get(PERSISTENT_ENV_VAR, "")
-    if choice == "0":
+    if choice == "0" or not (t.is_cuda or t.is_cpu):
         return False
+    if t.is_cpu:
+        return choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK
     if choice != "1" and (t.dtype not in (torch.float32, torch.float64) or steps * batch * state < PERSISTENT_MIN_WORK):
         return False
     key = (t.get_device(), t.dtype, batch, state)
@@ -129,9 +135,10 @@ def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: 
     c_n.copy_(cells[steps - 1])
 
 
-def _forward_persistent(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
-    """_forward_op's results from one GEMM (the input half) and one persistent kernel; the
-    GEMM is enqueued before the other outputs are allocated (host time the GPU need not wait)."""
+def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
+    """_forward_op's results from one GEMM (the input half) and one library call for the
+    recurrence; on CUDA the GEMM is enqueued before the other outputs are allocated (host
+    time the GPU need not wait)."""
     steps, batch, features = input.shape
     state = h0.shape[1]
     gates = input.new_empty(steps, batch, 3 * state)
@@ -143,10 +150,10 @@ def _forward_persistent(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor
     return output, c_n, cells, gates
 
 
-def _backward_persistent(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor, weights: Tensor, h0: Tensor,
+def _backward_one_call(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor, weights: Tensor, h0: Tensor,
                          c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor):
-    """_backward_op's results from one persistent kernel (the reverse recurrence, d_h0 and
-    d_c0), launched first, and the products over all steps."""
+    """_backward_op's results from one library call (the reverse recurrence, d_h0 and d_c0),
+    made first, and the products over all steps."""
     steps, batch, features = input.shape
     state = h0.shape[1]
     d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
@@ -211,8 +218,8 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
     steps, batch, _ = input.shape
     state = h0.shape[1]
-    if steps and _persistent(input, steps, batch, state):
-        return _forward_persistent(input, weights, bias, h0, c0)
+    if steps and _one_call(input, steps, batch, state):
+        return _forward_one_call(input, weights, bias, h0, c0)
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
     if steps:
@@ -238,8 +245,8 @@ def _backward_op(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor,
                 torch.zeros_like(h0), torch.zeros_like(c0) if grad_c_n is None else grad_c_n.clone())
     tensors = [t if t is None else t.contiguous()
                for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
-    if _persistent(input, *input.shape[:2], h0.shape[1]):
-        return _backward_persistent(*tensors)
+    if _one_call(input, *input.shape[:2], h0.shape[1]):
+        return _backward_one_call(*tensors)
     if grad_c_n is None:
         tensors[1] = torch.zeros_like(tensors[5])
     grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),

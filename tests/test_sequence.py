@@ -14,11 +14,12 @@ func = torch.func
 ARGNUMS = (0, 1, 2, 3, 4)
 
 
-@pytest.fixture(params=["cpu"] + (["cuda", "cuda-steps"] if CUDA else []))
+@pytest.fixture(params=["cpu", "cpu-steps"] + (["cuda", "cuda-steps"] if CUDA else []))
 def device(request, monkeypatch):
-    """Both CUDA routes: "cuda" runs the recurrence in the persistent kernels wherever they
-    fit (every size these tests use), "cuda-steps" step by step (the loops, graphs.py)."""
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0" if request.param == "cuda-steps" else "1")
+    """Both routes on each device: "cpu" / "cuda" run the recurrence in one library call per
+    direction (the CPU loop; the persistent kernels wherever they fit, every size these tests
+    use), "cpu-steps" / "cuda-steps" step by step from Python (the loops, graphs.py)."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0" if request.param.endswith("-steps") else "1")
     return torch.device(request.param.split("-")[0])
 
 
@@ -382,7 +383,7 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     with torch.no_grad():
         args[1].mul_(0.2)  # weights in a useful range: the gates neither saturate nor explode over the steps
     # float64 holds half the weights per register file: at S = 512 its tiles do not fit
-    assert sequence._persistent(args[0], steps, batch, state) == (dtype != torch.float64 or state < 512)
+    assert sequence._one_call(args[0], steps, batch, state) == (dtype != torch.float64 or state < 512)
     check_against_reference(args, TOLERANCES[dtype])
     first = ours(*args)
     first_grads = torch.autograd.grad(weighted_loss(first), args)
@@ -398,7 +399,19 @@ def test_route_by_default(monkeypatch):
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
     for dtype, shape, want in [(torch.float32, (50, 64, 512), True), (torch.float32, (8, 32, 64), False),
                                (torch.bfloat16, (50, 64, 512), False), (torch.float32, (100, 256, 1024), False)]:
-        assert sequence._persistent(torch.empty(1, device="cuda", dtype=dtype), *shape) == want, (dtype, shape)
+        assert sequence._one_call(torch.empty(1, device="cuda", dtype=dtype), *shape) == want, (dtype, shape)
+
+
+def test_cpu_route_by_default(monkeypatch):
+    """Unset, the CPU loop in the library runs while one step's product is small, in every dtype."""
+    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
+    for dtype, shape, want in [(torch.float32, (8, 32, 64), True), (torch.bfloat16, (8, 32, 64), True),
+                               (torch.float64, (100, 64, 100), True), (torch.float32, (50, 64, 512), False)]:
+        assert sequence._one_call(torch.empty(1, dtype=dtype), *shape) == want, (dtype, shape)
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    assert sequence._one_call(torch.empty(1), 50, 64, 512)
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+    assert not sequence._one_call(torch.empty(1), 8, 32, 64)
 
 
 @requires_cuda
@@ -407,7 +420,7 @@ def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     entry point refuses to launch rather than run a grid that cannot be co-resident."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     x = torch.empty(1, device="cuda")
-    assert not sequence._persistent(x, 1, 4096, 8192)
+    assert not sequence._one_call(x, 1, 4096, 8192)
     lib = pyroundlib._ffi.library()
     with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
         lib.prl_lltm_sequence_forward_cuda(1, 1, 8192, 1, 1, 1, 1, 1, 1, 4096, 8192, 0, 0, None)

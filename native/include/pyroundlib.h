@@ -124,12 +124,13 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
                                           int64_t batch, int64_t state, int dtype,
                                           int device, void *stream);
 
-/* ---- LLTM over a sequence: the recurrence in one persistent CUDA kernel per direction ----
+/* ---- LLTM over a sequence: the recurrence in one call per direction (CUDA: one persistent kernel) ----
  * For a sequence of T steps the cell's gates are x_t @ W_x^T + b (the input half, which the
  * caller computes for all steps at once) plus h_{t-1} @ W_h^T (the recurrent half), where
  * weights [3*state, state + input] = [W_h | W_x] as for the cell.  These functions run the
- * recurrent half and the pointwise steps of all T steps in one cooperative launch, the
- * slice of W_h each block needs held on chip for the whole sequence.  CUDA only.
+ * recurrent half and the pointwise steps of all T steps: on CUDA in one cooperative launch,
+ * the slice of W_h each block needs held on chip for the whole sequence; on the CPU in one
+ * single-threaded loop (for short sequences and small states: no per-step call overhead).
  *
  * prl_lltm_sequence_cuda_fits: *fits = 1 when (batch, state) in `dtype` fits in one
  *   co-resident grid of `device` (both directions), else 0; then run the steps one by
@@ -146,6 +147,15 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
  *   them; d_gates [T, batch, 3*state], d_h0, d_c0 [batch, state] (outputs).  The weight,
  *   bias and input gradients are products of d_gates the caller forms. */
 PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device, int *fits);
+PRL_API prl_status prl_lltm_sequence_forward_cpu(void *gates, const void *w_h, int64_t ldw,
+                                                 const void *h0, const void *c0,
+                                                 void *output, void *cells, void *c_n,
+                                                 int64_t steps, int64_t batch, int64_t state, int dtype);
+PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_output, const void *grad_c_n,
+                                                  const void *gates, const void *w_h, int64_t ldw,
+                                                  const void *c0, const void *cells,
+                                                  void *d_gates, void *d_h0, void *d_c0,
+                                                  int64_t steps, int64_t batch, int64_t state, int dtype);
 PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
                                                   const void *h0, const void *c0,
                                                   void *output, void *cells, void *c_n,

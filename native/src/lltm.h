@@ -113,4 +113,18 @@ inline prl_status check_lltm_backward_args(const char *fn, const void *gates, co
     return check_pointer(fn, "d_old_cell", d_old_cell, n);
 }
 
+// The sizes of a whole-sequence call (prl_lltm_sequence_*): each index the kernels form
+// stays below 2^31, and w_h's row stride covers a row.
+inline prl_status check_sequence_sizes(const char *fn, int64_t steps, int64_t batch, int64_t state, int64_t ldw) {
+    PRL_TRY(check_count(fn, "steps", steps));
+    PRL_TRY(check_lltm_sizes(fn, batch, state));
+    if (batch * 3 * state >= (int64_t(1) << 31) || steps >= (int64_t(1) << 31))
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: steps=%lld, batch * 3 * state=%lld: each must be < 2^31", fn,
+                    (long long)steps, (long long)(batch * 3 * state));
+    if (ldw < state)
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'ldw' (%lld) must be >= state (%lld)", fn,
+                    (long long)ldw, (long long)state);
+    return PRL_SUCCESS;
+}
+
 }  // namespace prl

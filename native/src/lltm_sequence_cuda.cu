@@ -397,18 +397,6 @@ SequenceArgs<T> shared_args(const void *w_h, int64_t ldw, int64_t steps, int64_t
     return args;
 }
 
-prl_status check_sequence_sizes(const char *fn, int64_t steps, int64_t batch, int64_t state, int64_t ldw) {
-    PRL_TRY(prl::check_count(fn, "steps", steps));
-    PRL_TRY(prl::check_lltm_sizes(fn, batch, state));
-    if (batch * 3 * state >= (int64_t(1) << 31) || steps >= (int64_t(1) << 31))
-        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: steps=%lld, batch * 3 * state=%lld: each must be < 2^31",
-                         fn, (long long)steps, (long long)(batch * 3 * state));
-    if (ldw < state)
-        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'ldw' (%lld) must be >= state (%lld)", fn,
-                         (long long)ldw, (long long)state);
-    return PRL_SUCCESS;
-}
-
 }  // namespace
 
 extern "C" PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device,
@@ -438,7 +426,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const 
                                                              int64_t state, int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(check_sequence_sizes(fn, steps, batch, state, ldw));
+    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, ldw));
     const int64_t cell = batch * state, all = steps * cell;
     PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
     PRL_TRY(prl::check_pointer(fn, "w_h", w_h, all));
@@ -469,7 +457,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_o
                                                               int64_t state, int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(check_sequence_sizes(fn, steps, batch, state, ldw));
+    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, ldw));
     const int64_t cell = batch * state, all = steps * cell;
     PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
     PRL_TRY(prl::check_pointer(fn, "gates", gates, all));

@@ -117,6 +117,53 @@ static void test_lltm_cpu(void) {
     for (int j = 0; j < 3 * S; ++j) CHECK(d_bias[j] == 0.0);
 }
 
+/* The CPU sequence functions against the step functions composed by hand (float64). */
+static void test_sequence_cpu(void) {
+    enum { T = 3, B = 2, S = 3, LDW = S + 1 };
+    double w[3 * S * LDW], h0[B * S], c0[B * S], gates[T * B * 3 * S], want_gates[T * B * 3 * S];
+    double out[T * B * S], cells[T * B * S], c_n[B * S], want_h[T * B * S], want_c[T * B * S];
+    for (int i = 0; i < 3 * S * LDW; ++i) w[i] = 0.1 * ((i * 7) % 11) - 0.5;
+    for (int i = 0; i < B * S; ++i) { h0[i] = 0.3 * (i % 5) - 0.6; c0[i] = 0.2 * (i % 4) - 0.3; }
+    for (int i = 0; i < T * B * 3 * S; ++i) gates[i] = want_gates[i] = 0.05 * ((i * 3) % 13) - 0.3;
+    for (int t = 0; t < T; ++t) {  /* gates_t += h_{t-1} W_h^T, then the pointwise step */
+        const double *h = t ? want_h + (t - 1) * B * S : h0, *c = t ? want_c + (t - 1) * B * S : c0;
+        for (int b = 0; b < B; ++b)
+            for (int g = 0; g < 3 * S; ++g) {
+                double sum = 0;
+                for (int k = 0; k < S; ++k) sum += h[b * S + k] * w[g * LDW + k];
+                want_gates[(t * B + b) * 3 * S + g] += sum;
+            }
+        CHECK(prl_lltm_forward_cpu(want_gates + t * B * 3 * S, c, want_h + t * B * S, want_c + t * B * S, B, S,
+                                   PRL_FLOAT64) == PRL_SUCCESS);
+    }
+    CHECK(prl_lltm_sequence_forward_cpu(gates, w, LDW, h0, c0, out, cells, c_n, T, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+    for (int i = 0; i < T * B * 3 * S; ++i) CHECK(fabs(gates[i] - want_gates[i]) < 1e-12);
+    for (int i = 0; i < T * B * S; ++i) CHECK(fabs(out[i] - want_h[i]) < 1e-12 && fabs(cells[i] - want_c[i]) < 1e-12);
+    for (int i = 0; i < B * S; ++i) CHECK(c_n[i] == cells[(T - 1) * B * S + i]);
+    /* one step backward: the pointwise backward, d_h0 = d_gates W_h, d_c0 its d_old_cell */
+    double grad[B * S], grad_c[B * S], d_gates[B * 3 * S], d_h0[B * S], d_c0[B * S], want_dg[B * 3 * S];
+    double want_dc[B * S];
+    for (int i = 0; i < B * S; ++i) { grad[i] = 0.1 * i - 0.2; grad_c[i] = 0.05 * i; }
+    CHECK(prl_lltm_backward_cpu(grad, grad_c, gates, c0, want_dg, want_dc, NULL, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+    CHECK(prl_lltm_sequence_backward_cpu(grad, grad_c, gates, w, LDW, c0, cells, d_gates, d_h0, d_c0, 1, B, S,
+                                         PRL_FLOAT64) == PRL_SUCCESS);
+    for (int i = 0; i < B * 3 * S; ++i) CHECK(fabs(d_gates[i] - want_dg[i]) < 1e-12);
+    for (int b = 0; b < B; ++b)
+        for (int k = 0; k < S; ++k) {
+            double sum = 0;
+            for (int g = 0; g < 3 * S; ++g) sum += want_dg[b * 3 * S + g] * w[g * LDW + k];
+            CHECK(fabs(d_h0[b * S + k] - sum) < 1e-12 && fabs(d_c0[b * S + k] - want_dc[b * S + k]) < 1e-12);
+        }
+    EXPECT_ERROR(prl_lltm_sequence_forward_cpu(gates, w, S - 1, h0, c0, out, cells, NULL, T, B, S, PRL_FLOAT64),
+                 PRL_ERROR_INVALID_ARGUMENT, "'ldw'");
+    EXPECT_ERROR(prl_lltm_sequence_backward_cpu(grad, NULL, gates, w, LDW, c0, cells, NULL, d_h0, d_c0, 1, B, S,
+                                                PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'d_gates'");
+    EXPECT_ERROR(prl_lltm_sequence_forward_cpu(gates, w, LDW, h0, c0, out, cells, NULL, T, B, S, 9),
+                 PRL_ERROR_UNSUPPORTED_DTYPE, "9");
+    CHECK(prl_lltm_sequence_forward_cpu(NULL, NULL, S, NULL, NULL, NULL, NULL, NULL, 0, B, S, PRL_FLOAT32) ==
+          PRL_SUCCESS);
+}
+
 static void test_errors(void) {
     float x[4] = {0}, y[4];
     EXPECT_ERROR(prl_round_cpu(NULL, y, 4, PRL_FLOAT32), PRL_ERROR_INVALID_ARGUMENT, "'x'");
@@ -198,6 +245,7 @@ int main(void) {
     test_info();
     test_round_cpu();
     test_lltm_cpu();
+    test_sequence_cpu();
     test_errors();
     if (failures) {
         fprintf(stderr, "abi_test: %d check(s) failed\n", failures);
