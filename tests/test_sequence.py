@@ -1,6 +1,8 @@
 """lltm_sequence / LLTMLayer against a loop of the plain-PyTorch cell: forward, every
 gradient, the workflows (torch.func, double backward, autocast, torch.compile) and, on a
 GPU, streams, CUDA graphs and the per-shape graph replay."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -320,33 +322,39 @@ def test_compile_reduce_overhead():
 
 @requires_cuda
 @pytest.mark.parametrize("keep_results", [False, True], ids=["training-loop", "new-tensors-each-call"])
-def test_graph_replay_matches_plain_loops(monkeypatch, keep_results):
+def test_graph_replay_matches_plain_loops(keep_results):
     """Repeated calls are replayed from CUDA graphs and give exactly what the plain loops
     give, bit for bit: over the call's own tensors when a call repeats (a training loop drops
     its results, so the caching allocator hands out the same blocks), over copies when only
-    the shapes repeat (results kept alive: new tensors each call)."""
-    args = seq_args(17, 5, 6, 32, torch.float32, "cuda")  # long enough for a replay over copies
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")  # the step-by-step route, which the graphs replay
-    monkeypatch.setenv(graphs.ENV_VAR, "0")
+    the shapes repeat (results kept alive: new tensors each call).  In a fresh process, whose
+    allocator is a training process's: blocks that the tests before leave cached can keep a
+    short loop's addresses from repeating for a while."""
+    code = f"""
+import os, sys, torch
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from pyroundlib import graphs, sequence
+from test_sequence import seq_args, ours, weighted_loss
+args = seq_args(17, 5, 6, 32, torch.float32, "cuda")  # long enough for a replay over copies
+os.environ[sequence.PERSISTENT_ENV_VAR] = "0"  # the step-by-step route, which the graphs replay
+os.environ[graphs.ENV_VAR] = "0"
+outs = ours(*args)
+want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
+del outs
+os.environ[graphs.ENV_VAR] = "1"
+kept = []
+for _ in range(5):
     outs = ours(*args)
-    want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
-    del outs
-    monkeypatch.setenv(graphs.ENV_VAR, "1")
-    graphs.clear()
-    # the allocator as a fresh training process has it, not as the tests before left it
-    # (their cached blocks can keep a short loop's addresses from repeating for a while)
-    torch.cuda.empty_cache()
-    kept = []
-    for _ in range(6):
-        outs = ours(*args)
-        got = (*outs, *torch.autograd.grad(weighted_loss(outs), args))
-        for g, w in zip(got, want):
-            assert torch.equal(g, w)
-        if keep_results:
-            kept.append(got)
-        del outs, got
-    kind = graphs._OverCopies if keep_results else torch.cuda.CUDAGraph
-    assert sum(isinstance(g, kind) for g in graphs._graphs.values()) >= 2  # the forward and the backward loop
+    got = (*outs, *torch.autograd.grad(weighted_loss(outs), args))
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    if {keep_results}:
+        kept.append(got)
+    del outs, got
+kind = graphs._OverCopies if {keep_results} else torch.cuda.CUDAGraph
+assert sum(isinstance(g, kind) for g in graphs._graphs.values()) >= 2, graphs._graphs  # forward and backward
+print("OK")
+"""
+    run_python_ok(code)
 
 
 @requires_cuda
