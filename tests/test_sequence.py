@@ -40,9 +40,14 @@ def ours(input, weights, bias, h0, c0):
 
 
 def seq_args(steps, batch, features, state, dtype, device, requires_grad=True):
+    """Fresh random (input, weights, bias, h0, c0), drawn in float64.  The weights at the
+    layer's scale (1/sqrt(state), as LLTM initialises them): at unit scale the pre-activations
+    of a large state saturate, and a recurrence run in bfloat16 then strays from the float64
+    reference by more than its tolerance for ~1% of draws, whichever route runs it."""
     shapes = [(steps, batch, features), (3 * state, state + features), (3 * state,), (batch, state), (batch, state)]
-    return [torch.randn(s, dtype=torch.float64).to(dtype=dtype, device=device).requires_grad_(requires_grad)
-            for s in shapes]
+    scales = [1.0, 1.0 / max(state, 1) ** 0.5, 1.0, 1.0, 1.0]
+    return [(torch.randn(s, dtype=torch.float64) * k).to(dtype=dtype, device=device).requires_grad_(requires_grad)
+            for s, k in zip(shapes, scales)]
 
 
 def weighted_loss(outs):
@@ -78,7 +83,7 @@ def test_gradient_through_some_outputs(device, used):
     the gradient of the others alone, against the reference."""
     args = seq_args(5, 3, 4, 8, torch.float32, device)
     ref_args = [a.detach().to(torch.float64).requires_grad_() for a in args]
-    pick = {"output": lambda o: o[0].sum(), "c_n": lambda o: (o[2] * o[2]).sum(), "h_n": lambda o: o[1].sum()}[used]
+    pick = {"output": lambda o: o[0].sum(), "c_n": lambda o: 3 * o[2].sum(), "h_n": lambda o: o[1].sum()}[used]
     grads = torch.autograd.grad(pick(ours(*args)), args)
     ref_grads = torch.autograd.grad(pick(reference(*ref_args)), ref_args)
     for g, w in zip(grads, ref_grads):
@@ -387,9 +392,7 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     """The persistent kernels at the sizes that exercise their tiling: they are the route
     taken, match the float64 reference and give the same bits on every call."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    args = seq_args(steps, batch, features, state, dtype, "cuda")
-    with torch.no_grad():
-        args[1].mul_(0.2)  # weights in a useful range: the gates neither saturate nor explode over the steps
+    args = seq_args(steps, batch, features, state, dtype, "cuda")  # weights at the layer's scale
     # float64 holds half the weights per register file: at S = 512 its tiles do not fit
     assert sequence._one_call(args[0], steps, batch, state) == (dtype != torch.float64 or state < 512)
     check_against_reference(args, TOLERANCES[dtype])
