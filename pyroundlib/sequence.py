@@ -69,7 +69,8 @@ def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
     if choice == "0" or not (t.is_cuda or t.is_cpu):
         return False
     if t.is_cpu:
-        return choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK
+        accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the sequence entry points take
+        return accepted and (choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK)
     if choice != "1" and (t.dtype not in (torch.float32, torch.float64) or steps * batch * state < PERSISTENT_MIN_WORK):
         return False
     key = (t.get_device(), t.dtype, batch, state)
@@ -151,7 +152,7 @@ def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, 
 
 
 def _backward_one_call(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor, weights: Tensor, h0: Tensor,
-                         c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor):
+                       c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor):
     """_backward_op's results from one library call (the reverse recurrence, d_h0 and d_c0),
     made first, and the products over all steps."""
     steps, batch, features = input.shape
