@@ -146,15 +146,15 @@ class Kernel:
     call, which only enqueues a launch, keeps it (``Library.entry``).
     """
 
-    __slots__ = ("name", "_lib", "_cpu", "_cuda", "_has_cpu")
+    __slots__ = ("name", "_lib", "_cpu", "_cuda")
 
-    def __init__(self, name: str, cpu: bool = True):
-        self.name, self._has_cpu = name, cpu  # cpu=False: a CUDA-only entry point
+    def __init__(self, name: str):
+        self.name = name
         self._lib = self._cpu = self._cuda = None
 
     def _bind(self):
         lib = _ffi.library()
-        self._cpu = lib.entry(f"prl_{self.name}_cpu") if self._has_cpu else None
+        self._cpu = lib.entry(f"prl_{self.name}_cpu")
         self._cuda = lib.entry(f"prl_{self.name}_cuda", keep_gil=True)
         self._lib = lib
 
@@ -164,7 +164,7 @@ class Kernel:
         if t.is_cuda:
             index = t.get_device()
             status = self._cuda(*args, index, current_stream_handle(index))  # see pick_stream_query
-        elif t.is_cpu and self._cpu is not None:
+        elif t.is_cpu:
             status = self._cpu(*args)
         else:
             raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")
