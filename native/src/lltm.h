@@ -127,4 +127,34 @@ inline prl_status check_sequence_sizes(const char *fn, int64_t steps, int64_t ba
     return PRL_SUCCESS;
 }
 
+// The sizes and buffers of a whole-sequence forward / backward (CPU and CUDA alike).
+inline prl_status check_sequence_forward_args(const char *fn, const void *gates, const void *w_h, int64_t ldw,
+                                              const void *h0, const void *c0, const void *output, const void *cells,
+                                              int64_t steps, int64_t batch, int64_t state) {
+    PRL_TRY(check_sequence_sizes(fn, steps, batch, state, ldw));
+    const int64_t all = steps * batch * state;
+    PRL_TRY(check_pointer(fn, "gates", gates, all));
+    PRL_TRY(check_pointer(fn, "w_h", w_h, all));
+    PRL_TRY(check_pointer(fn, "h0", h0, all));
+    PRL_TRY(check_pointer(fn, "c0", c0, all));
+    PRL_TRY(check_pointer(fn, "output", output, all));
+    return check_pointer(fn, "cells", cells, all);
+}
+
+inline prl_status check_sequence_backward_args(const char *fn, const void *grad_output, const void *gates,
+                                               const void *w_h, int64_t ldw, const void *c0, const void *cells,
+                                               const void *d_gates, const void *d_h0, const void *d_c0,
+                                               int64_t steps, int64_t batch, int64_t state) {
+    PRL_TRY(check_sequence_sizes(fn, steps, batch, state, ldw));
+    const int64_t all = steps * batch * state;
+    PRL_TRY(check_pointer(fn, "grad_output", grad_output, all));
+    PRL_TRY(check_pointer(fn, "gates", gates, all));
+    PRL_TRY(check_pointer(fn, "w_h", w_h, all));
+    PRL_TRY(check_pointer(fn, "c0", c0, all));
+    PRL_TRY(check_pointer(fn, "cells", cells, all));
+    PRL_TRY(check_pointer(fn, "d_gates", d_gates, all));
+    PRL_TRY(check_pointer(fn, "d_h0", d_h0, all));
+    return check_pointer(fn, "d_c0", d_c0, all);
+}
+
 }  // namespace prl

@@ -160,14 +160,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cpu(void *gates, const v
                                                             int64_t steps, int64_t batch, int64_t state, int dtype) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, ldw));
+    PRL_TRY(prl::check_sequence_forward_args(fn, gates, w_h, ldw, h0, c0, output, cells, steps, batch, state));
     const int64_t all = steps * batch * state;
-    PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
-    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, all));
-    PRL_TRY(prl::check_pointer(fn, "h0", h0, all));
-    PRL_TRY(prl::check_pointer(fn, "c0", c0, all));
-    PRL_TRY(prl::check_pointer(fn, "output", output, all));
-    PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (all == 0) return PRL_SUCCESS;
@@ -186,16 +180,9 @@ extern "C" PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_ou
                                                              int64_t state, int dtype) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, ldw));
+    PRL_TRY(prl::check_sequence_backward_args(fn, grad_output, gates, w_h, ldw, c0, cells, d_gates, d_h0, d_c0, steps,
+                                              batch, state));
     const int64_t all = steps * batch * state;
-    PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
-    PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
-    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, all));
-    PRL_TRY(prl::check_pointer(fn, "c0", c0, all));
-    PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
-    PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, all));
-    PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, all));
-    PRL_TRY(prl::check_pointer(fn, "d_c0", d_c0, all));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (all == 0) return PRL_SUCCESS;

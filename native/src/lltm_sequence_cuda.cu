@@ -426,14 +426,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const 
                                                              int64_t state, int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, ldw));
-    const int64_t cell = batch * state, all = steps * cell;
-    PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
-    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, all));
-    PRL_TRY(prl::check_pointer(fn, "h0", h0, all));
-    PRL_TRY(prl::check_pointer(fn, "c0", c0, all));
-    PRL_TRY(prl::check_pointer(fn, "output", output, all));
-    PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
+    PRL_TRY(prl::check_sequence_forward_args(fn, gates, w_h, ldw, h0, c0, output, cells, steps, batch, state));
+    const int64_t all = steps * batch * state;
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (all == 0) return PRL_SUCCESS;
@@ -457,16 +451,9 @@ extern "C" PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_o
                                                               int64_t state, int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, ldw));
-    const int64_t cell = batch * state, all = steps * cell;
-    PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
-    PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
-    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, all));
-    PRL_TRY(prl::check_pointer(fn, "c0", c0, all));
-    PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
-    PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, all));
-    PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, all));
-    PRL_TRY(prl::check_pointer(fn, "d_c0", d_c0, all));
+    PRL_TRY(prl::check_sequence_backward_args(fn, grad_output, gates, w_h, ldw, c0, cells, d_gates, d_h0, d_c0, steps,
+                                              batch, state));
+    const int64_t all = steps * batch * state;
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (all == 0) return PRL_SUCCESS;
