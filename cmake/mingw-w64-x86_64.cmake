@@ -7,8 +7,18 @@ set(CMAKE_SYSTEM_NAME Windows)
 set(CMAKE_SYSTEM_PROCESSOR x86_64)
 
 set(PRL_MINGW_TRIPLE x86_64-w64-mingw32)
-set(CMAKE_C_COMPILER ${PRL_MINGW_TRIPLE}-gcc)
-set(CMAKE_CXX_COMPILER ${PRL_MINGW_TRIPLE}-g++)
+# Debian installs two thread models side by side and points the plain names at "win32",
+# whose libstdc++ (before GCC 13) has no std::thread: the library would then run its CPU
+# loops on the calling thread alone.  The "posix" compilers (winpthreads, linked statically
+# with the rest of the runtime) are taken when they are there.
+find_program(PRL_MINGW_POSIX_CXX ${PRL_MINGW_TRIPLE}-g++-posix)
+if(PRL_MINGW_POSIX_CXX)
+  set(CMAKE_C_COMPILER ${PRL_MINGW_TRIPLE}-gcc-posix)
+  set(CMAKE_CXX_COMPILER ${PRL_MINGW_POSIX_CXX})
+else()
+  set(CMAKE_C_COMPILER ${PRL_MINGW_TRIPLE}-gcc)
+  set(CMAKE_CXX_COMPILER ${PRL_MINGW_TRIPLE}-g++)
+endif()
 set(CMAKE_RC_COMPILER ${PRL_MINGW_TRIPLE}-windres)
 
 # Headers and libraries from the MinGW sysroot only; programs (cmake's tools) from the host.

@@ -51,6 +51,8 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     #                                    grad_h grad_cell gates old_cell d_gates d_old_cell d_bias batch state dtype
     ("prl_lltm_backward_cpu",  STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
     ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
+    ("prl_set_cpu_threads",    STATUS,   (_I64,)),
+    ("prl_cpu_threads",        _I64,     ()),
     #                                             batch state dtype device fits (int *)
     ("prl_lltm_sequence_cuda_fits",     STATUS, (_I64, _I64, _INT, _INT, _P)),
     #                                             gates w_h ldw h0 c0 output cells c_n steps batch state dtype [device stream]

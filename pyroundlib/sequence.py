@@ -61,6 +61,16 @@ CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the librar
 _sequence_forward_kernel = Kernel("lltm_sequence_forward")
 _sequence_backward_kernel = Kernel("lltm_sequence_backward")
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
+_library_threads = [1]  # what prl_set_cpu_threads was last given (the library starts at 1)
+
+
+def _follow_torch_threads() -> None:
+    """The library's CPU loop splits its batch among as many threads as torch's intra-op
+    pool has (torch.set_num_threads; 1 in a DataLoader worker)."""
+    threads = torch.get_num_threads()
+    if threads != _library_threads[0]:
+        _ffi.library().prl_set_cpu_threads(threads)
+        _library_threads[0] = threads
 
 
 def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
@@ -145,6 +155,8 @@ def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, 
     gates = input.new_empty(steps, batch, 3 * state)
     _input_half(input, weights, bias, gates)
     output, cells, c_n = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state), torch.empty_like(c0)
+    if input.is_cpu:
+        _follow_torch_threads()
     _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
                              c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), steps, batch, state,
                              DTYPE_CODES[input.dtype])
@@ -158,6 +170,8 @@ def _backward_one_call(grad_output: Tensor, grad_c_n: Optional[Tensor], input: T
     steps, batch, features = input.shape
     state = h0.shape[1]
     d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
+    if input.is_cpu:
+        _follow_torch_threads()
     _sequence_backward_kernel(input, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(),
                               weights.data_ptr(), state + features, c0.data_ptr(), cells.data_ptr(),
                               d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), steps, batch, state,

@@ -130,7 +130,8 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
  * weights [3*state, state + input] = [W_h | W_x] as for the cell.  These functions run the
  * recurrent half and the pointwise steps of all T steps: on CUDA in one cooperative launch,
  * the slice of W_h each block needs held on chip for the whole sequence; on the CPU in one
- * single-threaded loop (for short sequences and small states: no per-step call overhead).
+ * loop (for short sequences and small states: no per-step call overhead) whose batch rows
+ * are split among up to prl_cpu_threads() threads.
  *
  * prl_lltm_sequence_cuda_fits: *fits = 1 when (batch, state) in `dtype` fits in one
  *   co-resident grid of `device` (both directions), else 0; then run the steps one by
@@ -146,6 +147,13 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
  *   (gradient of the last new_cell; NULL = zero), gates / c0 / cells as the forward left
  *   them; d_gates [T, batch, 3*state], d_h0, d_c0 [batch, state] (outputs).  The weight,
  *   bias and input gradients are products of d_gates the caller forms. */
+/* prl_set_cpu_threads: the most threads the CPU sequence functions use, the calling
+ *   thread included (>= 1; 1, the default, keeps them on the calling thread).  The
+ *   library starts its workers when a call first needs them; they sleep between calls.
+ *   pyroundlib's Python package sets it to torch.get_num_threads() before each call.
+ * prl_cpu_threads: the current setting. */
+PRL_API prl_status prl_set_cpu_threads(int64_t threads);
+PRL_API int64_t prl_cpu_threads(void);
 PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device, int *fits);
 PRL_API prl_status prl_lltm_sequence_forward_cpu(void *gates, const void *w_h, int64_t ldw,
                                                  const void *h0, const void *c0,

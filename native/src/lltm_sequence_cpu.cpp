@@ -12,11 +12,13 @@
 //   - the pointwise cell of lltm.h, storing in the tensor's dtype wherever the step-by-step
 //     path stores (the pre-activations, new_h, new_cell, the gradient reaching h_t), so both
 //     paths round alike.
-// Single-threaded: meant for sizes where a step's product is microseconds (the Python
-// route with torch's GEMMs takes the larger ones).
+// The batch rows are split among up to prl_set_cpu_threads() threads (Split, below).
+// Meant for sizes where a step's product is microseconds (the Python route with torch's
+// GEMMs takes the larger ones).
 #include <algorithm>
 #include <vector>
 
+#include "cpu_threads.h"
 #include "lltm.h"
 
 namespace {
@@ -109,48 +111,92 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
     }
 }
 
+// How a call's batch is split among threads.  Row b of every step reads only row b of the
+// step before (h_{t-1}[b] forward, d_gates[t + 1][b] backward), so each part runs the whole
+// sequence for its rows with no synchronisation between parts.  Parts are whole register
+// tiles (kRows rows), at most one per thread, and each has at least kMinPartWork
+// multiply-adds: waking a worker costs microseconds.
+constexpr double kMinPartWork = double(1 << 18);
+
+struct Split {
+    int64_t tiles, parts, rows_per_part;  // rows_per_part: a multiple of kRows
+    Split(int64_t batch, double work_per_row) {
+        tiles = (batch + kRows - 1) / kRows;
+        const double by_work = std::min(std::max(1.0, work_per_row * double(batch) / kMinPartWork), 1e9);
+        parts = std::min({prl::cpu_threads(), tiles, int64_t(by_work)});
+        rows_per_part = kRows * ((tiles + parts - 1) / parts);
+    }
+    // the first row of part p and its row count
+    void rows(int64_t p, int64_t batch, int64_t &first, int64_t &count) const {
+        first = kRows * (p * tiles / parts);
+        count = std::min(kRows * ((p + 1) * tiles / parts), batch) - first;
+    }
+};
+
 template <typename T>
 void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *output, T *cells, T *c_n,
              int64_t steps, int64_t batch, int64_t state) {
     using A = prl::acc_t<T>;
-    const int64_t n = round_up(3 * state, kCols<A>), rows = round_up(batch, kRows), cell = batch * state;
-    std::vector<A> w((size_t)(state * n), A(0)), left((size_t)(rows * state)), rec((size_t)(rows * n));
+    const int64_t n = round_up(3 * state, kCols<A>), cell = batch * state;
+    std::vector<A> w((size_t)(state * n), A(0));
     for (int64_t g = 0; g < 3 * state; ++g)  // W_h^T, [S, 3S] padded to n columns
         for (int64_t k = 0; k < state; ++k) w[(size_t)(k * n + g)] = prl::load(w_h[g * ldw + k]);
-    for (int64_t t = 0; t < steps; ++t) {
-        pack_rows(t == 0 ? h0 : output + (t - 1) * cell, batch, state, left.data(), rows);
-        product(left.data(), w.data(), rec.data(), rows, state, n);
-        forward_cells<T, A>(batch, state, gates + t * 3 * cell, rec.data(), n, t == 0 ? c0 : cells + (t - 1) * cell,
-                            output + t * cell, cells + t * cell);
-    }
-    if (c_n != nullptr && steps > 0) std::copy(cells + (steps - 1) * cell, cells + steps * cell, c_n);
+    const Split split(batch, double(steps) * double(3 * state) * double(state));
+    const int64_t scratch_per_part = split.rows_per_part * (state + n);  // left, then rec
+    std::vector<A> scratch((size_t)(split.parts * scratch_per_part));
+    prl::run_parts(split.parts, [&](int64_t p) {
+        int64_t first, count;
+        split.rows(p, batch, first, count);
+        A *left = scratch.data() + p * scratch_per_part, *rec = left + split.rows_per_part * state;
+        const int64_t padded = round_up(count, kRows), at = first * state;
+        for (int64_t t = 0; t < steps; ++t) {
+            pack_rows((t == 0 ? h0 : output + (t - 1) * cell) + at, count, state, left, padded);
+            product(left, w.data(), rec, padded, state, n);
+            forward_cells<T, A>(count, state, gates + t * 3 * cell + 3 * at, rec, n,
+                                (t == 0 ? c0 : cells + (t - 1) * cell) + at, output + t * cell + at,
+                                cells + t * cell + at);
+        }
+        if (c_n != nullptr && steps > 0) {
+            const T *last = cells + (steps - 1) * cell + at;
+            std::copy(last, last + count * state, c_n + at);
+        }
+    });
 }
 
 template <typename T>
 void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *w_h, int64_t ldw, const T *c0,
               const T *cells, T *d_gates, T *d_h0, T *d_c0, int64_t steps, int64_t batch, int64_t state) {
     using A = prl::acc_t<T>;
-    const int64_t n = round_up(state, kCols<A>), rows = round_up(batch, kRows), cell = batch * state;
-    const int64_t k = 3 * state;
-    std::vector<A> w((size_t)(k * n), A(0)), left((size_t)(rows * k)), rec((size_t)(rows * n), A(0)),
-        d_cell((size_t)cell);
+    const int64_t n = round_up(state, kCols<A>), cell = batch * state, k = 3 * state;
+    std::vector<A> w((size_t)(k * n), A(0));
     for (int64_t g = 0; g < k; ++g)  // W_h, [3S, S] padded to n columns
         for (int64_t j = 0; j < state; ++j) w[(size_t)(g * n + j)] = prl::load(w_h[g * ldw + j]);
-    for (int64_t i = 0; i < cell; ++i) d_cell[(size_t)i] = grad_c_n ? prl::load(grad_c_n[i]) : A(0);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-        if (t + 1 < steps) {
-            pack_rows(d_gates + (t + 1) * 3 * cell, batch, k, left.data(), rows);
-            product(left.data(), w.data(), rec.data(), rows, k, n);
-        }  // else: the last step gets no gradient from a later one (rec is still zero)
-        backward_cells<T, A>(batch, state, grad_output + t * cell, rec.data(), n, gates + t * 3 * cell,
-                             t == 0 ? c0 : cells + (t - 1) * cell, d_cell.data(), d_gates + t * 3 * cell);
-    }
-    for (int64_t i = 0; i < cell; ++i) d_c0[i] = prl::store<T>(d_cell[(size_t)i]);  // exact: d_cell holds stored values
-    // d_h0 = d_gates[0] W_h
-    pack_rows(d_gates, batch, k, left.data(), rows);
-    product(left.data(), w.data(), rec.data(), rows, k, n);
-    for (int64_t b = 0; b < batch; ++b)
-        for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
+    const Split split(batch, double(steps) * double(k) * double(state));
+    const int64_t rows = split.rows_per_part, scratch_per_part = rows * (k + n + state);  // left, rec, d_cell
+    std::vector<A> scratch((size_t)(split.parts * scratch_per_part));
+    prl::run_parts(split.parts, [&](int64_t p) {
+        int64_t first, count;
+        split.rows(p, batch, first, count);
+        A *left = scratch.data() + p * scratch_per_part, *rec = left + rows * k, *d_cell = rec + rows * n;
+        const int64_t padded = round_up(count, kRows), at = first * state;
+        std::fill(rec, rec + rows * n, A(0));  // the last step gets no gradient from a later one
+        for (int64_t i = 0; i < count * state; ++i) d_cell[i] = grad_c_n ? prl::load(grad_c_n[at + i]) : A(0);
+        for (int64_t t = steps - 1; t >= 0; --t) {
+            if (t + 1 < steps) {
+                pack_rows(d_gates + (t + 1) * 3 * cell + 3 * at, count, k, left, padded);
+                product(left, w.data(), rec, padded, k, n);
+            }
+            backward_cells<T, A>(count, state, grad_output + t * cell + at, rec, n, gates + t * 3 * cell + 3 * at,
+                                 (t == 0 ? c0 : cells + (t - 1) * cell) + at, d_cell, d_gates + t * 3 * cell + 3 * at);
+        }
+        // exact: d_cell holds stored values
+        for (int64_t i = 0; i < count * state; ++i) d_c0[at + i] = prl::store<T>(d_cell[i]);
+        // d_h0 = d_gates[0] W_h
+        pack_rows(d_gates + 3 * at, count, k, left, padded);
+        product(left, w.data(), rec, padded, k, n);
+        for (int64_t b = 0; b < count; ++b)
+            for (int64_t j = 0; j < state; ++j) d_h0[at + b * state + j] = prl::store<T>(rec[b * n + j]);
+    });
 }
 
 }  // namespace

@@ -1,0 +1,171 @@
+// cpu_threads.cpp - the worker threads behind prl::run_parts and prl_set_cpu_threads.
+//
+// One pool per process, started lazily and grown to the most helpers a call has asked for.
+// A call publishes a Job (its part function and two counters) under the pool's mutex and
+// wakes as many workers as it wants helpers; every thread, the caller included, claims
+// parts with an atomic counter until none is left.  Workers attach to a job under the
+// mutex and detach with an atomic decrement, so the caller, which retracts the job under
+// the mutex and then waits for the attached count to reach zero, returns only when no
+// worker can still touch the Job on its stack.
+//
+// What cannot go wrong: a second caller while the workers are busy (another Python thread)
+// does not wait for them, it runs its parts alone (try_lock); a child process after fork()
+// has none of the parent's threads, so it starts a pool of its own (the process id is
+// part of the pool); a worker that cannot be started (std::system_error) leaves the parts
+// to the threads that could.  The pool is never destroyed: at exit the workers sleep on a
+// condition variable that outlives them.
+#include "cpu_threads.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "common.h"
+
+// libstdc++ built without a thread model for the target (MinGW-w64's "win32" model before
+// GCC 13) has no std::thread: the library then runs on the calling thread alone.
+#if defined(__GLIBCXX__) && !defined(_GLIBCXX_HAS_GTHREADS)
+#define PRL_HAVE_THREADS 0
+#else
+#define PRL_HAVE_THREADS 1
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <system_error>
+#include <thread>
+#if defined(_WIN32)
+#include <process.h>
+#define PRL_PROCESS_ID() _getpid()
+#else
+#include <unistd.h>
+#define PRL_PROCESS_ID() getpid()
+#endif
+#endif
+
+namespace {
+
+std::atomic<int64_t> requested_threads{1};
+
+#if PRL_HAVE_THREADS
+
+struct Job {
+    const std::function<void(int64_t)> *part;
+    int64_t parts;
+    std::atomic<int64_t> next{0}, done{0}, attached{0};
+
+    void take() {  // runs unclaimed parts until none is left
+        for (int64_t i; (i = next.fetch_add(1)) < parts;) {
+            (*part)(i);
+            done.fetch_add(1);
+        }
+    }
+};
+
+class Pool {
+  public:
+    explicit Pool(long process) : process(process) {}
+    const long process;  // the process whose threads these are
+    std::mutex call;     // held by the one call that uses the workers
+
+    void run(Job &job, int64_t helpers) {  // with `call` held
+        try {
+            while (workers < helpers) {
+                std::thread(&Pool::work, this).detach();
+                ++workers;
+            }
+        } catch (const std::system_error &) {
+            // no more threads: the parts are shared among those there are
+        }
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            current = &job;
+            ++generation;
+        }
+        for (int64_t k = 0; k < std::min(helpers, workers); ++k) wake.notify_one();
+        job.take();
+        while (job.done.load() < job.parts) std::this_thread::yield();
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            current = nullptr;  // no worker attaches from here on
+        }
+        while (job.attached.load() != 0) std::this_thread::yield();
+    }
+
+  private:
+    std::mutex mutex;
+    std::condition_variable wake;
+    Job *current = nullptr;   // guarded by mutex
+    uint64_t generation = 0;  // guarded by mutex: bumped for every job
+    int64_t workers = 0;      // guarded by call
+
+    void work() {
+        uint64_t seen = 0;
+        std::unique_lock<std::mutex> lock(mutex);
+        for (;;) {
+            wake.wait(lock, [&] { return generation != seen; });
+            seen = generation;
+            Job *job = current;
+            if (job == nullptr) continue;  // woken after its job was retracted
+            job->attached.fetch_add(1);
+            lock.unlock();
+            job->take();
+            job->attached.fetch_sub(1);  // the last touch: the caller may return from here on
+            lock.lock();
+        }
+    }
+};
+
+// This process's pool (nullptr if it cannot be made).
+Pool *the_pool() {
+    static std::atomic<Pool *> pool{nullptr};
+    const long process = (long)PRL_PROCESS_ID();
+    Pool *seen = pool.load();
+    if (seen != nullptr && seen->process == process) return seen;
+    Pool *fresh = new (std::nothrow) Pool(process);
+    if (fresh == nullptr) return nullptr;
+    // a parent's pool (after fork) is left as it is: its mutexes may be held by threads
+    // that do not exist here
+    if (pool.compare_exchange_strong(seen, fresh)) return fresh;
+    delete fresh;  // another thread of this process made one first
+    return seen;
+}
+
+#endif  // PRL_HAVE_THREADS
+
+}  // namespace
+
+namespace prl {
+
+int64_t cpu_threads() { return requested_threads.load(); }
+
+void run_parts(int64_t parts, const std::function<void(int64_t)> &part) {
+    const int64_t helpers = std::min(parts, cpu_threads()) - 1;
+#if PRL_HAVE_THREADS
+    if (helpers > 0) {
+        if (Pool *pool = the_pool()) {
+            std::unique_lock<std::mutex> call(pool->call, std::try_to_lock);
+            if (call.owns_lock()) {
+                Job job;
+                job.part = &part;
+                job.parts = parts;
+                pool->run(job, helpers);
+                return;
+            }
+        }
+    }
+#else
+    (void)helpers;
+#endif
+    for (int64_t i = 0; i < parts; ++i) part(i);
+}
+
+}  // namespace prl
+
+extern "C" PRL_API prl_status prl_set_cpu_threads(int64_t threads) {
+    if (threads < 1)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'threads' must be >= 1, got %lld", __func__,
+                         (long long)threads);
+    requested_threads.store(threads);
+    return PRL_SUCCESS;
+}
+
+extern "C" PRL_API int64_t prl_cpu_threads(void) { return prl::cpu_threads(); }
