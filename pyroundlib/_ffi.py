@@ -53,6 +53,7 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
     ("prl_set_cpu_threads",    STATUS,   (_I64,)),
     ("prl_cpu_threads",        _I64,     ()),
+    ("prl_set_cpu_parallel",   STATUS,   (_P,)),  # a prl_parallel_fn (GOMP_parallel's address) or NULL
     #                                             batch state dtype device fits (int *)
     ("prl_lltm_sequence_cuda_fits",     STATUS, (_I64, _I64, _INT, _INT, _P)),
     #                                             gates w_h ldw h0 c0 output cells c_n steps batch state dtype [device stream]

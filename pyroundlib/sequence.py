@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _ffi, graphs
+from . import _ffi, _threads, graphs
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_op,
                       function_for, ptr, signature_once)
 from .lltm import (LLTMParameters, _activations, _backward_differentiable, _backward_kernel, _forward_kernel,
@@ -61,16 +61,6 @@ CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the librar
 _sequence_forward_kernel = Kernel("lltm_sequence_forward")
 _sequence_backward_kernel = Kernel("lltm_sequence_backward")
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
-_library_threads = [1]  # what prl_set_cpu_threads was last given (the library starts at 1)
-
-
-def _follow_torch_threads() -> None:
-    """The library's CPU loop splits its batch among as many threads as torch's intra-op
-    pool has (torch.set_num_threads; 1 in a DataLoader worker)."""
-    threads = torch.get_num_threads()
-    if threads != _library_threads[0]:
-        _ffi.library().prl_set_cpu_threads(threads)
-        _library_threads[0] = threads
 
 
 def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
@@ -156,7 +146,7 @@ def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, 
     _input_half(input, weights, bias, gates)
     output, cells, c_n = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state), torch.empty_like(c0)
     if input.is_cpu:
-        _follow_torch_threads()
+        _threads.follow_torch()
     _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
                              c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), steps, batch, state,
                              DTYPE_CODES[input.dtype])
@@ -171,7 +161,7 @@ def _backward_one_call(grad_output: Tensor, grad_c_n: Optional[Tensor], input: T
     state = h0.shape[1]
     d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
     if input.is_cpu:
-        _follow_torch_threads()
+        _threads.follow_torch()
     _sequence_backward_kernel(input, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(),
                               weights.data_ptr(), state + features, c0.data_ptr(), cells.data_ptr(),
                               d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), steps, batch, state,

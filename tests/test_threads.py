@@ -1,13 +1,16 @@
 """Threads: 8 Python threads calling both ops at once get right results (CPU; CUDA with
 a stream each), and the library's last-error message is per thread."""
+import ctypes
 import os
+import re
+import sys
 import threading
 
 import pytest
 import torch
 
 import pyroundlib
-from pyroundlib import _ffi
+from pyroundlib import _ffi, _threads, sequence
 from pyroundlib.reference import lltm_cell_reference
 
 from conftest import CUDA, run_python_ok
@@ -89,12 +92,16 @@ def test_library_loads_once_under_concurrent_first_use(monkeypatch):
     assert len({id(lib) for lib in seen}) == 1
 
 
-# ---- the library's own worker threads (the CPU sequence loop) -----------------------------------
+# ---- the library's CPU threads (the CPU sequence loop) ------------------------------------------
+
+RUNNER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)  # prl_parallel_fn
+BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
 
 def sequence_results(steps=8, batch=23, features=5, state=64, dtype=torch.float32, seed=0):
     """Outputs and gradients of one CPU sequence call on the library's one-call route.
-    23 rows are 8 register tiles of 3 (the last short): with torch's threads at n the
-    library splits them into min(n, 8) parts."""
+    23 rows are 8 register tiles of 3 (the last short): with n threads the library splits
+    them into min(n, 8) parts."""
     gen = torch.Generator().manual_seed(seed)
     args = [(torch.randn(s, generator=gen, dtype=torch.float64) * k).to(dtype).requires_grad_()
             for s, k in [((steps, batch, features), 1.0), ((3 * state, state + features), state ** -0.5),
@@ -106,50 +113,113 @@ def sequence_results(steps=8, batch=23, features=5, state=64, dtype=torch.float3
 
 
 @pytest.fixture
-def torch_threads(monkeypatch):
-    """Sets torch's intra-op thread count for one test (the library follows it), and
-    puts both back afterwards."""
-    from pyroundlib import sequence
+def cpu_threads(monkeypatch):
+    """Sets the library's thread count and runner for one test, torch's intra-op threads
+    staying at one (its own GEMMs' reduction order depends on their count), and puts back
+    what pyroundlib had given the library."""
+    lib = _ffi.library()
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")  # the one-call route whatever the size
     before = torch.get_num_threads()
-    yield torch.set_num_threads
+    torch.set_num_threads(1)
+
+    def give(threads, runner=None):
+        monkeypatch.setattr(_threads, "follow_torch", lambda: lib.prl_set_cpu_threads(threads))
+        lib.prl_set_cpu_parallel(runner)
+
+    yield give
     torch.set_num_threads(before)
+    lib.prl_set_cpu_threads(_threads._given["threads"])
+    lib.prl_set_cpu_parallel(_threads._given["parallel"] or None)
 
 
-def test_sequence_follows_torch_threads(torch_threads):
-    lib = _ffi.library()
-    for threads in (3, 1, 2):
-        torch_threads(threads)
-        sequence_results(batch=4)
-        assert lib.prl_cpu_threads() == threads
+def python_runner(calls):
+    """A prl_parallel_fn that runs the body on num_threads Python threads (ctypes lets go
+    of the GIL while the body runs), recording each call's (num_threads, flags)."""
+    def run(body, data, num_threads, flags):
+        calls.append((num_threads, flags))
+        body = BODY(body)
+        threads = [threading.Thread(target=body, args=(data,)) for _ in range(num_threads - 1)]
+        for t in threads:
+            t.start()
+        body(data)
+        for t in threads:
+            t.join()
+    return RUNNER(run)
 
 
-def test_sequence_split_among_threads_is_bitwise_the_same(torch_threads, monkeypatch):
+def test_sequence_follows_torch_threads(monkeypatch):
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    lib, before = _ffi.library(), torch.get_num_threads()
+    try:
+        for threads in (3, 1, 2):
+            torch.set_num_threads(threads)
+            sequence_results(batch=4)
+            assert lib.prl_cpu_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_openmp_runtime_is_found():
+    """On Linux, with torch built on OpenMP, the library is given the GOMP_parallel of the
+    runtime torch's intra-op threads run on (it is already loaded: nothing new is)."""
+    if not (sys.platform.startswith("linux") and torch.backends.openmp.is_available()):
+        pytest.skip("torch without OpenMP, or not Linux")
+    address = _threads.openmp_parallel()
+    assert address, "no OpenMP runtime with GOMP_parallel found among the loaded libraries"
+    maps = open("/proc/self/maps").read()
+    assert re.search(r"lib(g|i)?omp", maps)
+
+
+RUNNERS = ["own workers", "OpenMP runtime", "Python threads"]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner):
     """Each batch row's recurrence is computed the same way whichever thread runs it, so
-    every output and gradient is bit-for-bit the single-threaded one.  torch stays on one
-    thread (its own GEMMs' reduction order depends on its thread count); the library is
-    given 2-16."""
-    from pyroundlib import sequence
-    lib = _ffi.library()
-    torch_threads(1)
+    every output and gradient is bit-for-bit the one-thread one, for 2-16 threads run by
+    the library's own workers, by torch's OpenMP runtime, or by any runner keeping
+    prl_parallel_fn's contract."""
+    lib, calls = _ffi.library(), []
+    given = {"own workers": None, "OpenMP runtime": _threads.openmp_parallel(),
+             "Python threads": python_runner(calls)}[runner]
+    if runner == "OpenMP runtime" and not given:
+        pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
     for dtype in (torch.float32, torch.bfloat16):
-        monkeypatch.setattr(sequence, "_follow_torch_threads", lambda: lib.prl_set_cpu_threads(1))
+        cpu_threads(1, given)
         alone = sequence_results(dtype=dtype)
         for threads in (2, 3, 5, 8, 16):
-            monkeypatch.setattr(sequence, "_follow_torch_threads", lambda: lib.prl_set_cpu_threads(threads))
+            cpu_threads(threads, given)
             split = sequence_results(dtype=dtype)
             assert lib.prl_cpu_threads() == threads
             for name, a, b in zip(["output", "h_n", "c_n", "d_input", "d_weights", "d_bias", "d_h0", "d_c0"],
                                   alone, split):
                 assert torch.equal(a, b), (dtype, threads, name)
-    sequence._library_threads[0] = lib.prl_cpu_threads()  # as the patched calls left it
+    if runner == "Python threads":  # a team of prl_cpu_threads() however few the parts (8 at most)
+        assert sorted(set(calls)) == [(2, 0), (3, 0), (5, 0), (8, 0), (16, 0)], calls
 
 
-def test_sequence_callers_share_the_workers(torch_threads):
-    """8 Python threads in the CPU loop at once: one holds the workers, the others run on
-    their own threads; every result is the one a lone call gives."""
-    torch_threads(4)
+def test_runner_that_runs_one_thread_leaves_nothing_undone(cpu_threads):
+    """num_threads is the most the runner may use: a runner that runs the body once, on
+    the calling thread, still gets every part done."""
+    cpu_threads(1)
+    want = sequence_results()
+    runner = RUNNER(lambda body, data, num_threads, flags: BODY(body)(data))  # alive while the library has it
+    cpu_threads(8, runner)
+    for a, b in zip(want, sequence_results()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("runner", RUNNERS[:2])
+def test_sequence_callers_share_the_threads(cpu_threads, runner):
+    """8 Python threads in the CPU loop at once (with the library's workers, one call holds
+    them and the others run alone; with OpenMP, each thread leads a team of its own):
+    every result is the one a lone call gives."""
+    given = None if runner == "own workers" else _threads.openmp_parallel()
+    if runner == "OpenMP runtime" and not given:
+        pytest.skip("no OpenMP runtime found")
+    cpu_threads(1, given)
     want = [sequence_results(seed=k, batch=20 + k) for k in range(THREADS)]
+    cpu_threads(4, given)
 
     def target(k):
         for _ in range(10):
@@ -159,18 +229,23 @@ def test_sequence_callers_share_the_workers(torch_threads):
     run_threads(target)
 
 
-def test_sequence_threads_after_fork():
-    """A child forked after the parent's workers started has none of them: it starts its
-    own and neither process hangs (an alarm ends either after a minute; the child sets its
-    own, alarms are not inherited).  torch runs on one thread in both: its OpenMP runtime
-    cannot be used in a child forked after it started a team, whoever's library is loaded."""
+@pytest.mark.parametrize("runner", RUNNERS[:2])
+def test_sequence_threads_after_fork(runner):
+    """A child forked after the parent's threads started (the library's workers, or an
+    OpenMP team) has none of them: it starts workers of its own and neither process hangs
+    (an alarm ends either after a minute; the child sets its own, alarms are not inherited).
+    torch's own ops run on one thread in both: an OpenMP runtime cannot be used in a child
+    forked after it started a team, whoever's library is loaded."""
     if not hasattr(os, "fork"):
         pytest.skip("no fork on this platform")
+    if runner == "OpenMP runtime" and not _threads.openmp_parallel():
+        pytest.skip("no OpenMP runtime found")
     run_python_ok(
         "import os, signal, torch, pyroundlib\n"
         "signal.alarm(60)\n"
         "torch.set_num_threads(1)\n"
         "lib = pyroundlib._ffi.library()\n"
+        f"lib.prl_set_cpu_parallel({'None' if runner == 'own workers' else 'pyroundlib._threads.openmp_parallel()'})\n"
         "T, B, S = 8, 23, 64\n"
         "gates, w = torch.randn(T, B, 3 * S), torch.randn(3 * S, S) / 8\n"
         "h0, c0 = torch.randn(B, S), torch.randn(B, S)\n"

@@ -148,12 +148,26 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
  *   them; d_gates [T, batch, 3*state], d_h0, d_c0 [batch, state] (outputs).  The weight,
  *   bias and input gradients are products of d_gates the caller forms. */
 /* prl_set_cpu_threads: the most threads the CPU sequence functions use, the calling
- *   thread included (>= 1; 1, the default, keeps them on the calling thread).  The
- *   library starts its workers when a call first needs them; they sleep between calls.
+ *   thread included (>= 1; 1, the default, keeps them on the calling thread).
  *   pyroundlib's Python package sets it to torch.get_num_threads() before each call.
- * prl_cpu_threads: the current setting. */
+ * prl_cpu_threads: the current setting.
+ * prl_set_cpu_parallel: who runs those threads.  NULL (the default): the library's own
+ *   workers, started when a call first needs them, asleep between calls.  Otherwise a
+ *   fork-join runner: runner(fn, data, num_threads, 0) runs fn(data) on up to num_threads
+ *   threads, the calling thread among them, and returns when every one has returned
+ *   (any number of threads, even one, gives the same results).  num_threads is always
+ *   prl_cpu_threads(), however few parts a call has: an OpenMP runtime keeps its threads
+ *   only while teams keep their size.  That is the contract and
+ *   signature of GOMP_parallel, the entry point of GCC's OpenMP ABI that libgomp, LLVM's
+ *   libomp and Intel's libiomp5 all export: pyroundlib's Python package passes the one of
+ *   the OpenMP runtime torch runs its intra-op threads on, so the library's work goes to
+ *   the threads torch's last op left spinning instead of competing with them for cores.
+ *   Used only by the process that set it: a child after fork() uses the library's own
+ *   workers (an OpenMP runtime cannot be used in a child forked after it started a team). */
+typedef void (*prl_parallel_fn)(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
 PRL_API prl_status prl_set_cpu_threads(int64_t threads);
 PRL_API int64_t prl_cpu_threads(void);
+PRL_API prl_status prl_set_cpu_parallel(prl_parallel_fn runner);
 PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device, int *fits);
 PRL_API prl_status prl_lltm_sequence_forward_cpu(void *gates, const void *w_h, int64_t ldw,
                                                  const void *h0, const void *c0,

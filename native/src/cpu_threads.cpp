@@ -1,5 +1,11 @@
-// cpu_threads.cpp - the worker threads behind prl::run_parts and prl_set_cpu_threads.
+// cpu_threads.cpp - the threads behind prl::run_parts: a runner given by
+// prl_set_cpu_parallel (an OpenMP runtime's GOMP_parallel), else the library's own workers.
 //
+// With a runner, a call is one parallel region of cpu_threads() threads: every thread of
+// the team claims parts with an atomic counter until none is left, and the region's end
+// is the join.
+//
+// The library's own workers:
 // One pool per process, started lazily and grown to the most helpers a call has asked for.
 // A call publishes a Job (its part function and two counters) under the pool's mutex and
 // wakes as many workers as it wants helpers; every thread, the caller included, claims
@@ -21,6 +27,14 @@
 
 #include "common.h"
 
+#if defined(_WIN32)
+#include <process.h>
+#define PRL_PROCESS_ID() _getpid()
+#else
+#include <unistd.h>
+#define PRL_PROCESS_ID() getpid()
+#endif
+
 // libstdc++ built without a thread model for the target (MinGW-w64's "win32" model before
 // GCC 13) has no std::thread: the library then runs on the calling thread alone.
 #if defined(__GLIBCXX__) && !defined(_GLIBCXX_HAS_GTHREADS)
@@ -32,18 +46,30 @@
 #include <new>
 #include <system_error>
 #include <thread>
-#if defined(_WIN32)
-#include <process.h>
-#define PRL_PROCESS_ID() _getpid()
-#else
-#include <unistd.h>
-#define PRL_PROCESS_ID() getpid()
-#endif
 #endif
 
 namespace {
 
 std::atomic<int64_t> requested_threads{1};
+
+// prl_set_cpu_parallel's runner and the process that set it (a forked child has the
+// runner's pointer but none of its threads).
+std::atomic<prl_parallel_fn> runner{nullptr};
+std::atomic<long> runner_process{0};
+
+struct Region {
+    const std::function<void(int64_t)> *part;
+    int64_t parts;
+    std::atomic<int64_t> next{0};
+};
+
+extern "C" {
+// The body every thread of the runner's team runs.
+static void prl_region_body(void *data) {
+    Region &region = *static_cast<Region *>(data);
+    for (int64_t i; (i = region.next.fetch_add(1)) < region.parts;) (*region.part)(i);
+}
+}
 
 #if PRL_HAVE_THREADS
 
@@ -139,6 +165,21 @@ int64_t cpu_threads() { return requested_threads.load(); }
 
 void run_parts(int64_t parts, const std::function<void(int64_t)> &part) {
     const int64_t helpers = std::min(parts, cpu_threads()) - 1;
+    if (helpers > 0) {
+        const prl_parallel_fn run = runner.load();
+        if (run != nullptr && runner_process.load() == (long)PRL_PROCESS_ID()) {
+            Region region;
+            region.part = &part;
+            region.parts = parts;
+            // The team is always cpu_threads() strong, even for fewer parts (the others find
+            // none left): libgomp ends surplus pool threads when a team is smaller than the
+            // last one and starts new ones when the next is larger again, at tens of
+            // microseconds a thread; torch's own regions are as large as its thread count.
+            run(prl_region_body, &region, (unsigned)std::min<int64_t>(cpu_threads(), 1 << 16), 0);
+            prl_region_body(&region);  // a runner that ran fewer threads than asked leaves nothing undone
+            return;
+        }
+    }
 #if PRL_HAVE_THREADS
     if (helpers > 0) {
         if (Pool *pool = the_pool()) {
@@ -169,3 +210,9 @@ extern "C" PRL_API prl_status prl_set_cpu_threads(int64_t threads) {
 }
 
 extern "C" PRL_API int64_t prl_cpu_threads(void) { return prl::cpu_threads(); }
+
+extern "C" PRL_API prl_status prl_set_cpu_parallel(prl_parallel_fn run) {
+    runner_process.store((long)PRL_PROCESS_ID());
+    runner.store(run);
+    return PRL_SUCCESS;
+}
