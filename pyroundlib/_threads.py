@@ -7,7 +7,10 @@ GOMP_parallel, the fork-join entry point of the OpenMP runtime already loaded wi
 (libgomp, or LLVM's or Intel's runtime, which export it too).  Those threads are usually
 still spinning from torch's last op; a second set of threads would compete with them for
 the cores.  Where no runtime is found (torch without OpenMP, no /proc/self/maps to find it
-by), the library's own worker threads run the parts.
+by), the loop stays on the calling thread: the library's own workers would compete with
+torch's spinning threads in the same way (measured on a 16-core Xeon: after a torch GEMM,
+16 of them took the (8, 32, 8, 64) forward from 272 to 352 us, torch's 16 OpenMP threads
+to 111 us).  They remain for C callers (prl_set_cpu_threads without prl_set_cpu_parallel).
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ import torch
 from . import _ffi
 
 _OPENMP_RUNTIME = re.compile(r"lib(g|i)?omp\d*([-.][\w.-]*)?\.so")
-_given = {"threads": 1, "parallel": None}  # what the library was last given (None: not yet looked for)
+# torch's thread count last seen, and what the library was given (parallel None: not yet looked for)
+_given = {"torch": 1, "threads": 1, "parallel": None}
 
 
 def openmp_parallel() -> Optional[int]:
@@ -48,13 +52,17 @@ def openmp_parallel() -> Optional[int]:
 
 
 def follow_torch() -> None:
-    """Gives the library torch's thread count, and on first need its OpenMP runtime."""
+    """Gives the library torch's thread count and, on first need, its OpenMP runtime; one
+    thread where there is no runtime to share."""
     threads = torch.get_num_threads()
-    if threads == _given["threads"]:
+    if threads == _given["torch"]:
         return
     library = _ffi.library()
     if threads > 1 and _given["parallel"] is None:
         _given["parallel"] = openmp_parallel() or 0
         library.prl_set_cpu_parallel(_given["parallel"] or None)
-    library.prl_set_cpu_threads(threads)
-    _given["threads"] = threads
+    usable = threads if _given["parallel"] else 1
+    if usable != _given["threads"]:
+        library.prl_set_cpu_threads(usable)
+        _given["threads"] = usable
+    _given["torch"] = threads

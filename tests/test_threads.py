@@ -148,15 +148,42 @@ def python_runner(calls):
 
 
 def test_sequence_follows_torch_threads(monkeypatch):
+    """As many threads as torch's, where the library runs them on torch's OpenMP runtime;
+    else one (the library's own workers would compete with torch's spinning threads)."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     lib, before = _ffi.library(), torch.get_num_threads()
+    shared = _threads.openmp_parallel() is not None
     try:
         for threads in (3, 1, 2):
             torch.set_num_threads(threads)
             sequence_results(batch=4)
-            assert lib.prl_cpu_threads() == threads
+            assert lib.prl_cpu_threads() == (threads if shared else 1)
     finally:
         torch.set_num_threads(before)
+
+
+def test_one_thread_without_an_openmp_runtime(monkeypatch):
+    """Where no OpenMP runtime is found, the loop stays on the calling thread whatever
+    torch's thread count, and the library is given no runner."""
+    lib, before, kept = _ffi.library(), torch.get_num_threads(), dict(_threads._given)
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    monkeypatch.setattr(_threads, "openmp_parallel", lambda: None)
+    monkeypatch.setattr(_threads, "_given", {"torch": 1, "threads": 1, "parallel": None})
+    calls = []
+    runner = python_runner(calls)
+    lib.prl_set_cpu_parallel(runner)  # replaced by NULL when pyroundlib finds no runtime
+    lib.prl_set_cpu_threads(1)  # as the fresh _given says
+    try:
+        torch.set_num_threads(3)
+        sequence_results()
+        assert lib.prl_cpu_threads() == 1 and _threads._given == {"torch": 3, "threads": 1, "parallel": 0}
+        lib.prl_set_cpu_threads(3)  # the library's own workers, not the runner, now split the work
+        sequence_results()
+        assert calls == []
+    finally:
+        torch.set_num_threads(before)
+        lib.prl_set_cpu_threads(kept["threads"])
+        lib.prl_set_cpu_parallel(kept["parallel"] or None)
 
 
 def test_openmp_runtime_is_found():
