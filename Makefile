@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LIB        := libpyroundlib.so
 PYTEST_ARGS ?= -q
 
-.PHONY: all build deps demo test windows test-matrix wheel test-installed test-wheel bench sanitize fuzz cuda-sanitize clean
+.PHONY: all build deps demo test windows test-matrix wheel test-installed test-wheel bench sanitize tsan fuzz cuda-sanitize clean
 
 all: build
 
@@ -145,6 +145,16 @@ sanitize: deps
 	  PYROUNDLIB_LIBRARY=$(CURDIR)/$(SAN_BUILD_DIR)/libpyroundlib.so \
 	  $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(SAN_TESTS)
 
+# The library's threads under ThreadSanitizer: a CPU-only build, then the C tests (ctest),
+# among them c_threads (concurrent callers, each call split among the library's workers).
+TSAN_BUILD_DIR ?= build-tsan
+tsan:
+	cmake -S . -B $(TSAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPYROUNDLIB_WITH_CUDA=OFF \
+	  -DPYROUNDLIB_CPU_MULTIVERSION=OFF -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
+	  -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
+	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS)
+	cd $(TSAN_BUILD_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure
+
 # The long property-based tier: at least 10,000 examples per property.
 FUZZ_EXAMPLES ?= 10000
 fuzz: build deps
@@ -178,4 +188,4 @@ cuda-sanitize: build deps
 	done; exit $$status
 
 clean:
-	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) $(WIN_BUILD_DIR) pyroundlib/$(LIB) dist
+	rm -rf $(BUILD_DIR) $(SAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(WIN_BUILD_DIR) pyroundlib/$(LIB) dist
