@@ -1,5 +1,6 @@
 """The native library itself: loading, what it links and exports, the C ABI from C."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,6 +138,24 @@ def test_links_neither_libtorch_nor_libpython():
     out = subprocess.run(["ldd", str(LIB)], capture_output=True, text=True, check=True).stdout
     for forbidden in ("libtorch", "libc10", "libpython", "libcudart"):
         assert forbidden not in out, f"{LIB} links {forbidden}:\n{out}"
+
+
+# The newest symbol versions manylinux_2_34 (the wheel's tag, Makefile WHEEL_PLAT) allows.
+MANYLINUX_2_34 = {"GLIBC": (2, 34), "GLIBCXX": (3, 4, 29), "CXXABI": (1, 3, 13)}
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or not sys.platform.startswith("linux"),
+                    reason="needs objdump and an ELF library")
+def test_symbol_versions_fit_the_wheel_tag():
+    """What `make wheel`'s auditwheel would refuse, caught by `make test`: every versioned
+    glibc / libstdc++ symbol the library needs exists in manylinux_2_34 (GCC 12's libstdc++,
+    for one, versions condition_variable::wait GLIBCXX_3.4.30)."""
+    out = subprocess.run(["objdump", "-T", str(LIB)], capture_output=True, text=True, check=True).stdout
+    seen = re.findall(r"\((GLIBC|GLIBCXX|CXXABI)_([0-9.]+)\)\s+(\S+)$", out, re.M)
+    assert any(lib == "GLIBC" for lib, _, _ in seen), out
+    too_new = [f"{sym}@{lib}_{version}" for lib, version, sym in seen
+               if tuple(int(v) for v in version.split(".")) > MANYLINUX_2_34[lib]]
+    assert not too_new, f"{LIB} needs symbol versions newer than manylinux_2_34 allows: {too_new}"
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm")

@@ -41,6 +41,7 @@
 #define PRL_HAVE_THREADS 0
 #else
 #define PRL_HAVE_THREADS 1
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <new>
@@ -127,7 +128,10 @@ class Pool {
         uint64_t seen = 0;
         std::unique_lock<std::mutex> lock(mutex);
         for (;;) {
-            wake.wait(lock, [&] { return generation != seen; });
+            // A timed wait, not wait(lock): libstdc++ 12 versions the out-of-line
+            // condition_variable::wait GLIBCXX_3.4.30, past what manylinux_2_34 allows
+            // (3.4.29); the timed wait is inline (pthread_cond_clockwait, glibc 2.30).
+            while (generation == seen) wake.wait_for(lock, std::chrono::seconds(10));
             seen = generation;
             Job *job = current;
             if (job == nullptr) continue;  // woken after its job was retracted
