@@ -154,7 +154,7 @@ def test_libstdcxx_symbol_versions_fit_the_wheel_tag():
     glibc 2.39 calls arc4random@GLIBC_2.36), and the wheel is built on the CI host."""
     out = subprocess.run(["objdump", "-T", str(LIB)], capture_output=True, text=True, check=True).stdout
     seen = re.findall(r"\((GLIBCXX|CXXABI)_([0-9.]+)\)\s+(\S+)$", out, re.M)
-    assert any(lib == "GLIBCXX" for lib, _, _ in seen), out
+    assert "(GLIBC_" in out, out  # the table was read (a build may link no libstdc++ dynamically at all)
     too_new = [f"{sym}@{lib}_{version}" for lib, version, sym in seen
                if tuple(int(v) for v in version.split(".")) > MANYLINUX_2_34_LIBSTDCXX[lib]]
     assert not too_new, f"{LIB} needs libstdc++ symbol versions newer than manylinux_2_34 allows: {too_new}"
