@@ -143,18 +143,19 @@ class Kernel:
     ``prl_<name>_cuda(*args, device_index, stream)`` with the current stream of ``t``'s
     own device; the library makes that device current around the launch.  A non-zero
     status raises.  The CPU call releases the GIL while the kernel computes; the CUDA
-    call, which only enqueues a launch, keeps it (``Library.entry``).
+    call, which only enqueues a launch, keeps it (``Library.entry``).  ``cpu=False``: an
+    op with a CUDA entry point only.
     """
 
-    __slots__ = ("name", "_lib", "_cpu", "_cuda")
+    __slots__ = ("name", "has_cpu", "_lib", "_cpu", "_cuda")
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, cpu: bool = True):
+        self.name, self.has_cpu = name, cpu
         self._lib = self._cpu = self._cuda = None
 
     def _bind(self):
         lib = _ffi.library()
-        self._cpu = lib.entry(f"prl_{self.name}_cpu")
+        self._cpu = lib.entry(f"prl_{self.name}_cpu") if self.has_cpu else None
         self._cuda = lib.entry(f"prl_{self.name}_cuda", keep_gil=True)
         self._lib = lib
 
@@ -164,7 +165,7 @@ class Kernel:
         if t.is_cuda:
             index = t.get_device()
             status = self._cuda(*args, index, current_stream_handle(index))  # see pick_stream_query
-        elif t.is_cpu:
+        elif t.is_cpu and self._cpu is not None:
             status = self._cpu(*args)
         else:
             raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")

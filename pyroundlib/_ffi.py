@@ -64,6 +64,17 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_sequence_backward_cpu",  STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     ("prl_lltm_sequence_backward_cuda", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT,
                                                  _INT, _P)),
+    #                                                   batch features state dtype device fits (int *)
+    ("prl_lltm_sequence_fused_cuda_fits",     STATUS, (_I64, _I64, _I64, _INT, _INT, _P)),
+    #                                                   input weights bias h0 c0 output cells gates c_n
+    #                                                   steps batch features state dtype device stream
+    ("prl_lltm_sequence_fused_forward_cuda",  STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64,
+                                                       _INT, _INT, _P)),
+    #                                                   grad_output grad_c_n input weights h0 c0 output cells gates
+    #                                                   d_gates d_input d_weights d_bias d_h0 d_c0
+    #                                                   steps batch features state dtype device stream
+    ("prl_lltm_sequence_fused_backward_cuda", STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
+                                                       _I64, _I64, _I64, _I64, _INT, _INT, _P)),
 )
 
 

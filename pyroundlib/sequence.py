@@ -11,7 +11,10 @@ single products / a reduction over all steps at the end.
 Layers, as for the cell:
 - ``pyroundlib::lltm_sequence_forward`` / ``lltm_sequence_backward``: the two loops as torch
   ops (native kernels + torch GEMMs, fake implementations for torch.compile and export).
-  On CUDA, where the recurrent weights fit on chip (``prl_lltm_sequence_cuda_fits``), the
+  On CUDA, short sequences of small states run whole in the library, products included (the
+  fused kernels: one library call per direction and no torch GEMM, whose host time would
+  outweigh their work).  Longer ones, where the recurrent weights fit on chip
+  (``prl_lltm_sequence_cuda_fits``), the
   recurrence of all steps runs in one persistent kernel per direction (the step's GEMM
   and pointwise work fused, the weights held in registers, a grid-wide barrier between
   steps); on the CPU, for small states, in one loop of the library's (``prl_lltm_sequence_*_cpu``).
@@ -54,13 +57,39 @@ COPIES_PAY_FROM_STEPS = 4
 # - CPU: every dtype, while one step's product (B x S x 3S multiply-adds) is at most
 #   CPU_MAX_STEP_WORK: there the per-step Python, dispatcher and ctypes calls of the loop cost
 #   more than the product; larger products go to torch's (multithreaded) GEMMs step by step.
-# PYROUNDLIB_PERSISTENT_SEQUENCE=1 uses them wherever they fit, =0 never.
+# Below PERSISTENT_MIN_WORK, every dtype on CUDA runs the fused kernels where their weights fit
+# in shared memory (prl_lltm_sequence_fused_cuda_fits): the whole sequence, its input half
+# and its gradient products in one library call per direction, so the host pays for no torch
+# GEMM (tens of microseconds of dispatch each, against a few of work at these sizes).
+# PYROUNDLIB_PERSISTENT_SEQUENCE=1 uses the persistent kernels / the CPU loop wherever they
+# fit, =fused the fused kernels wherever they fit, =0 neither (step by step).
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent CUDA kernels pay (float32, float64)
+FUSED_MAX_WORK = PERSISTENT_MIN_WORK  # T * B * S below which the fused CUDA kernels run
 CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the library pays
 _sequence_forward_kernel = Kernel("lltm_sequence_forward")
 _sequence_backward_kernel = Kernel("lltm_sequence_backward")
+_fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
+_fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
+_fused_fits = {}  # (device index, dtype, batch, features, state) -> whether the fused kernels fit
+
+
+def _fused(t: Tensor, steps: int, batch: int, features: int, state: int) -> bool:
+    """Whether this call runs the fused CUDA kernels (above)."""
+    if not t.is_cuda:
+        return False
+    choice = os.environ.get(PERSISTENT_ENV_VAR, "")
+    if choice in ("0", "1") or (choice != "fused" and steps * batch * state >= FUSED_MAX_WORK):
+        return False
+    key = (t.get_device(), t.dtype, batch, features, state)
+    fits = _fused_fits.get(key)
+    if fits is None:
+        answer = ctypes.c_int(0)
+        _ffi.library().prl_lltm_sequence_fused_cuda_fits(batch, features, state, DTYPE_CODES[t.dtype], key[0],
+                                                         ctypes.byref(answer))
+        fits = _fused_fits[key] = bool(answer.value)
+    return fits
 
 
 def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
@@ -171,6 +200,32 @@ def _backward_one_call(grad_output: Tensor, grad_c_n: Optional[Tensor], input: T
     return d_input, d_weights, d_bias, d_h0, d_c0
 
 
+def _forward_fused(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
+    """_forward_op's results from one library call: the fused kernels' forward."""
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
+    gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
+    _fused_forward_kernel(input, input.data_ptr(), weights.data_ptr(), bias.data_ptr(), h0.data_ptr(), c0.data_ptr(),
+                          output.data_ptr(), cells.data_ptr(), gates.data_ptr(), c_n.data_ptr(), steps, batch,
+                          features, state, DTYPE_CODES[input.dtype])
+    return output, c_n, cells, gates
+
+
+def _backward_fused(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor, weights: Tensor, h0: Tensor,
+                    c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor):
+    """_backward_op's results from one library call: the fused kernels' backward."""
+    steps, batch, features = input.shape
+    state = h0.shape[1]
+    d_gates, d_input, d_weights = torch.empty_like(gates), torch.empty_like(input), torch.empty_like(weights)
+    d_bias, d_h0, d_c0 = weights.new_empty(weights.shape[0]), torch.empty_like(h0), torch.empty_like(c0)
+    _fused_backward_kernel(input, grad_output.data_ptr(), ptr(grad_c_n), input.data_ptr(), weights.data_ptr(),
+                           h0.data_ptr(), c0.data_ptr(), output.data_ptr(), cells.data_ptr(), gates.data_ptr(),
+                           d_gates.data_ptr(), d_input.data_ptr(), d_weights.data_ptr(), d_bias.data_ptr(),
+                           d_h0.data_ptr(), d_c0.data_ptr(), steps, batch, features, state, DTYPE_CODES[input.dtype])
+    return d_input, d_weights, d_bias, d_h0, d_c0
+
+
 def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0: Tensor, output: Tensor,
                             d_input: Tensor, d_weights: Tensor, d_bias: Tensor) -> None:
     """The input, weight and bias gradients of all steps at once, from d_gates [T, B, 3S]."""
@@ -221,8 +276,10 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     """-> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])."""
     _check_sequence_args(input, weights, bias, h0, c0)
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
-    steps, batch, _ = input.shape
+    steps, batch, features = input.shape
     state = h0.shape[1]
+    if steps and _fused(input, steps, batch, features, state):
+        return _forward_fused(input, weights, bias, h0, c0)
     if steps and _one_call(input, steps, batch, state):
         return _forward_one_call(input, weights, bias, h0, c0)
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
@@ -250,6 +307,8 @@ def _backward_op(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor,
                 torch.zeros_like(h0), torch.zeros_like(c0) if grad_c_n is None else grad_c_n.clone())
     tensors = [t if t is None else t.contiguous()
                for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
+    if _fused(input, *input.shape, h0.shape[1]):
+        return _backward_fused(*tensors)
     if _one_call(input, *input.shape[:2], h0.shape[1]):
         return _backward_one_call(*tensors)
     if grad_c_n is None:

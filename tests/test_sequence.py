@@ -1,6 +1,7 @@
 """lltm_sequence / LLTMLayer against a loop of the plain-PyTorch cell: forward, every
 gradient, the workflows (torch.func, double backward, autocast, torch.compile) and, on a
 GPU, streams, CUDA graphs and the per-shape graph replay."""
+import ctypes
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,18 @@ func = torch.func
 ARGNUMS = (0, 1, 2, 3, 4)
 
 
-@pytest.fixture(params=["cpu", "cpu-steps"] + (["cuda", "cuda-steps"] if CUDA else []))
+ROUTES = {"steps": "0", "fused": "fused"}  # the route suffix -> PYROUNDLIB_PERSISTENT_SEQUENCE; none: "1"
+
+
+@pytest.fixture(params=["cpu", "cpu-steps"] + (["cuda", "cuda-steps", "cuda-fused"] if CUDA else []))
 def device(request, monkeypatch):
-    """Both routes on each device: "cpu" / "cuda" run the recurrence in one library call per
+    """Every route on each device: "cpu" / "cuda" run the recurrence in one library call per
     direction (the CPU loop; the persistent kernels wherever they fit, every size these tests
-    use), "cpu-steps" / "cuda-steps" step by step from Python (the loops, graphs.py)."""
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0" if request.param.endswith("-steps") else "1")
-    return torch.device(request.param.split("-")[0])
+    use), "cpu-steps" / "cuda-steps" step by step from Python (the loops, graphs.py),
+    "cuda-fused" the whole sequence, products included, in the fused kernels."""
+    name, _, route = request.param.partition("-")
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, ROUTES.get(route, "1"))
+    return torch.device(name)
 
 
 def reference(input, weights, bias, h0, c0):
@@ -406,11 +412,93 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
 
 @requires_cuda
 def test_route_by_default(monkeypatch):
-    """Unset, the persistent kernels run for float32/float64 sequences with enough work."""
+    """Unset, short sequences of small states run the fused kernels (every dtype), and the
+    persistent kernels float32/float64 sequences with more work."""
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
     for dtype, shape, want in [(torch.float32, (50, 64, 512), True), (torch.float32, (8, 32, 64), False),
                                (torch.bfloat16, (50, 64, 512), False), (torch.float32, (100, 256, 1024), False)]:
         assert sequence._one_call(torch.empty(1, device="cuda", dtype=dtype), *shape) == want, (dtype, shape)
+    for dtype, (steps, batch, features, state), want in [
+            (torch.float32, (8, 32, 8, 64), True), (torch.bfloat16, (8, 32, 8, 64), True),
+            (torch.float64, (8, 32, 8, 64), True), (torch.float16, (200, 32, 8, 64), True),
+            (torch.float32, (50, 64, 256, 512), False),  # T*B*S at or past FUSED_MAX_WORK
+            (torch.float32, (1, 4, 8, 4096), False)]:  # weights too large for shared memory
+        got = sequence._fused(torch.empty(1, device="cuda", dtype=dtype), steps, batch, features, state)
+        assert got == want, (dtype, steps, batch, features, state)
+    assert not sequence._fused(torch.empty(1, dtype=torch.float32), 8, 32, 8, 64)  # CUDA only
+
+
+@requires_cuda
+@pytest.mark.parametrize("steps,batch,features,state", [
+    (8, 32, 8, 64),      # the benchmark's small size: 4 rows of 64 threads per block, 8 blocks
+    (5, 7, 3, 33),       # an odd state (the staged weights' pitch), a last block with fewer rows
+    (3, 2, 5, 300),      # a state past the block's 256 threads: each thread runs two columns
+    (40, 9, 2, 16),      # T*B = 360 rows: the products take several 32-row chunks
+    (4, 3, 0, 8),        # no input features: d_input empty, the weight gradient is W_h's alone
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+def test_fused_kernels(monkeypatch, steps, batch, features, state, dtype):
+    """The fused kernels at the sizes that exercise their layout: they are the route taken,
+    match the float64 reference and give the same bits on every call."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "fused")
+    args = seq_args(steps, batch, features, state, dtype, "cuda")
+    assert sequence._fused(args[0], steps, batch, features, state)
+    check_against_reference(args, TOLERANCES[dtype])
+    first = ours(*args)
+    first_grads = torch.autograd.grad(weighted_loss(first), args)
+    again = ours(*args)
+    again_grads = torch.autograd.grad(weighted_loss(again), args)
+    for a, b in zip((*first, *first_grads), (*again, *again_grads)):
+        assert torch.equal(a, b)
+
+
+@requires_cuda
+@pytest.mark.parametrize("steps,batch", [(6, 5), (3, 0), (0, 5)])
+def test_fused_kernels_write_every_element(steps, batch):
+    """Every element of every output of the C entry points is written, over buffers filled
+    with NaN: also the weight and bias gradients of a sequence without rows (zeros), and with
+    no step c_n = c0, d_h0 = 0 and d_c0 = grad_c_n."""
+    features, state = 4, 24
+    x, w, b, h0, c0 = [a.detach() for a in seq_args(steps, batch, features, state, torch.float32, "cuda")]
+    code = pyroundlib._common.DTYPE_CODES[torch.float32]
+    nan = lambda *shape: torch.full(shape, float("nan"), device="cuda")  # noqa: E731
+    output, cells, gates, c_n = nan(steps, batch, state), nan(steps, batch, state), nan(steps, batch, 3 * state), \
+        nan(batch, state)
+    sequence._fused_forward_kernel(x, x.data_ptr(), w.data_ptr(), b.data_ptr(), h0.data_ptr(), c0.data_ptr(),
+                                   output.data_ptr(), cells.data_ptr(), gates.data_ptr(), c_n.data_ptr(), steps, batch,
+                                   features, state, code)
+    grad_output, grad_c_n = torch.randn(steps, batch, state, device="cuda"), torch.randn(batch, state, device="cuda")
+    grads = d_gates, d_x, d_w, d_b, d_h0, d_c0 = (nan(steps, batch, 3 * state), nan(*x.shape), nan(*w.shape),
+                                                  nan(*b.shape), nan(batch, state), nan(batch, state))
+    sequence._fused_backward_kernel(x, grad_output.data_ptr(), grad_c_n.data_ptr(), x.data_ptr(), w.data_ptr(),
+                                    h0.data_ptr(), c0.data_ptr(), output.data_ptr(), cells.data_ptr(),
+                                    gates.data_ptr(), *(g.data_ptr() for g in grads), steps, batch, features, state,
+                                    code)
+    for t in (output, cells, gates, c_n, *grads):
+        assert torch.isfinite(t).all()
+    if steps * batch == 0:
+        assert not d_w.any() and not d_b.any()
+    if steps == 0:
+        assert torch.equal(c_n, c0) and not d_h0.any() and torch.equal(d_c0, grad_c_n)
+    else:
+        assert torch.equal(c_n, cells[-1])
+
+
+@requires_cuda
+def test_fused_kernels_refuse_what_does_not_fit(monkeypatch):
+    """Where the weights do not fit in shared memory, the route is another one, and the C entry
+    points refuse to launch, naming the sizes."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "fused")
+    x = torch.empty(1, device="cuda")
+    assert not sequence._fused(x, 1, 4, 8, 4096)
+    lib = pyroundlib._ffi.library()
+    fits = ctypes.c_int(7)
+    lib.prl_lltm_sequence_fused_cuda_fits(4, 8, 4096, 0, 0, ctypes.byref(fits))
+    assert fits.value == 0
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
+        lib.prl_lltm_sequence_fused_forward_cuda(1, 1, 1, 1, 1, 1, 1, 1, None, 1, 4, 8, 4096, 0, 0, None)
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="'features'"):
+        lib.prl_lltm_sequence_fused_forward_cuda(1, 1, 1, 1, 1, 1, 1, 1, None, 1, 4, -1, 8, 0, 0, None)
 
 
 def test_cpu_route_by_default(monkeypatch):

@@ -190,6 +190,42 @@ PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_output, cons
                                                    int64_t steps, int64_t batch, int64_t state, int dtype,
                                                    int device, void *stream);
 
+/* ---- LLTM over a short sequence, every product included (CUDA) ----
+ * For short sequences of small states a call's cost is host time: each GEMM a caller
+ * launches around the recurrence costs more than its work.  These two functions do it all,
+ * in one plain launch (forward) and three (backward), the weights staged in shared memory:
+ * the gates x_t @ W_x^T + b + h_{t-1} @ W_h^T of every step, and the input, weight and bias
+ * gradients.  Every sum runs in a fixed order.
+ *
+ * prl_lltm_sequence_fused_cuda_fits: *fits = 1 when (batch, features, state) in `dtype`
+ *   fits `device`'s shared memory, else 0 (then use prl_lltm_sequence_forward_cuda /
+ *   _backward_cuda and GEMMs of your own).  The work per step grows with state + features:
+ *   meant for short sequences of small states.
+ * input [T, batch, features]; weights [3*state, state + features] (contiguous) and bias
+ *   [3*state] as for the cell; h0, c0 [batch, state].
+ * Forward (outputs): output and cells [T, batch, state] (new_h and new_cell of every
+ *   step), gates [T, batch, 3*state] (the pre-activations the backward reads), c_n
+ *   [batch, state] (the last new_cell once more; NULL: not written).
+ * Backward: grad_output [T, batch, state], grad_c_n [batch, state] (NULL = zero), the
+ *   forward's input, weights, h0, c0, output, cells and gates; outputs d_gates [T, batch,
+ *   3*state] (the gradient of the pre-activations; a buffer the products read), d_input,
+ *   d_weights, d_bias, d_h0 and d_c0, shaped as what they are the gradients of. */
+PRL_API prl_status prl_lltm_sequence_fused_cuda_fits(int64_t batch, int64_t features, int64_t state, int dtype,
+                                                     int device, int *fits);
+PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(const void *input, const void *weights, const void *bias,
+                                                        const void *h0, const void *c0,
+                                                        void *output, void *cells, void *gates, void *c_n,
+                                                        int64_t steps, int64_t batch, int64_t features,
+                                                        int64_t state, int dtype, int device, void *stream);
+PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *grad_output, const void *grad_c_n,
+                                                         const void *input, const void *weights,
+                                                         const void *h0, const void *c0, const void *output,
+                                                         const void *cells, const void *gates, void *d_gates,
+                                                         void *d_input, void *d_weights, void *d_bias,
+                                                         void *d_h0, void *d_c0, int64_t steps, int64_t batch,
+                                                         int64_t features, int64_t state, int dtype,
+                                                         int device, void *stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

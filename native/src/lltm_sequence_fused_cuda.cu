@@ -1,0 +1,469 @@
+// lltm_sequence_fused_cuda.cu - a short LLTM sequence in one library call per direction, its
+// products included: prl_lltm_sequence_fused_cuda_fits, prl_lltm_sequence_fused_forward_cuda
+// and prl_lltm_sequence_fused_backward_cuda.
+//
+// For a short sequence with a small state the GPU work is a few microseconds a step, and
+// what a call costs is host time: every GEMM launched from Python (the input half before
+// the recurrence, the input, weight and bias gradients after it) costs tens of
+// microseconds of dispatch.  Here the library does all of it:
+//   - the recurrence: each block owns `rows` batch rows for the whole sequence.  A row's
+//     recurrence reads only its own row of the step before, so blocks never wait for each
+//     other (a plain launch, no grid-wide barrier).  The block stages the weights once, in
+//     shared memory and transposed, with the bias as one more row: wt[k][j] = W[j][k] for
+//     k < S+I and wt[S+I][j] = b[j], so gates[r][j] = sum_k wt[k][j] * xh[r][k] with
+//     xh[r] = [h_{t-1}, x_t, 1].  Thread (r, s) forms the three gates of state column s
+//     (sums in a fixed order) and applies the cell of lltm.h; h_t goes to the other of
+//     two xh buffers, so one barrier a step separates the steps.
+//   - the backward walks the steps in reverse the same way: d_h = grad_output[t] +
+//     d_gates[t+1] W_h from the block's own rows of d_gates[t+1], kept in shared memory,
+//     then the cell's backward; a last product gives d_h0 = d_gates[0] W_h.
+//   - then the products over all steps, each a tiled kernel over d_gates: d_weights with
+//     d_bias as one more column ([3S, T*B] x [T*B, S+I+1], the last column ones) and
+//     d_input ([T*B, 3S] x [3S, I]).  Every sum runs in a fixed order: the results do
+//     not depend on scheduling.
+// Each weight is read from shared memory by a warp at consecutive (forward) or, with an
+// odd row pitch, conflict-free (backward) addresses.  What fits is what the staged
+// weights and rows need of the device's shared memory (prl_lltm_sequence_fused_cuda_fits);
+// the work per step is serial in S + I, so the caller keeps this route to short
+// sequences of small states (the persistent kernels of lltm_sequence_cuda.cu run longer ones).
+#include <mutex>
+#include <set>
+
+#include "cuda_common.cuh"
+#include "lltm.h"
+
+namespace {
+
+constexpr int kFusedThreads = 256;  // threads per recurrence block, at most
+
+template <typename T> struct FusedArgs {
+    const T *x;                        // [steps, batch, I]
+    const T *w;                        // [3S, S+I], contiguous
+    const T *bias;                     // [3S]
+    const T *h0, *c0;                  // [batch, S]
+    T *output, *cells;                 // [steps, batch, S]: forward out, backward in
+    T *gates;                          // [steps, batch, 3S]: the pre-activations; forward out, backward in
+    T *c_n;                            // [batch, S] or NULL (forward out)
+    const T *grad_output, *grad_c_n;   // [steps, batch, S], [batch, S] or NULL = zero (backward in)
+    T *d_gates;                        // [steps, batch, 3S] (backward out: the products read it)
+    T *d_h0, *d_c0;                    // [batch, S] (backward out)
+    int steps, batch, features, state;
+    int rows;   // batch rows per block
+    int pitch;  // row pitch of the staged weights, in elements: 3S rounded up to odd
+};
+
+// The block's shape and shared memory for (batch, state): `rows` batch rows of S threads each.
+struct Layout {
+    int rows = 0, threads = 0, pitch = 0;
+    int64_t forward_smem = 0, backward_smem = 0;
+};
+
+template <typename A> Layout layout_of(int64_t batch, int64_t features, int64_t state) {
+    Layout l;
+    if (batch <= 0 || state <= 0) return l;  // nothing to run
+    l.rows = (int)(state >= kFusedThreads ? 1 : kFusedThreads / state);
+    if (l.rows > batch) l.rows = (int)batch;
+    const int64_t work = (int64_t)l.rows * state;
+    l.threads = (int)(work >= kFusedThreads ? kFusedThreads : (work + 31) / 32 * 32);
+    l.pitch = (int)((3 * state) | 1);
+    const int64_t k1 = state + features + 1, r = l.rows;
+    l.forward_smem = (k1 * l.pitch + 2 * r * k1 + r * state) * (int64_t)sizeof(A);
+    l.backward_smem = (state * l.pitch + 2 * r * 3 * state + r * state) * (int64_t)sizeof(A);
+    return l;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<T> p) {
+    using A = prl::acc_t<T>;
+    const int S = p.state, I = p.features, K1 = S + I + 1, G3 = 3 * S, P = p.pitch, B = p.batch;
+    const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0);
+    extern __shared__ __align__(16) unsigned char shared_raw[];
+    A *wt = reinterpret_cast<A *>(shared_raw);  // [K1][P]: W^T with the bias as its last row
+    A *xh = wt + (int64_t)K1 * P;               // [2][rows][K1]: [h_{t-1}, x_t, 1], by step parity
+    A *cell = xh + 2 * p.rows * K1;             // [rows][S]: the cell as stored
+
+    for (int e = threadIdx.x; e < G3 * (K1 - 1); e += blockDim.x) {  // coalesced along each row of W
+        const int j = e / (K1 - 1), k = e - j * (K1 - 1);
+        wt[k * P + j] = prl::load(p.w[e]);
+    }
+    for (int j = threadIdx.x; j < G3; j += blockDim.x) wt[(K1 - 1) * P + j] = prl::load(p.bias[j]);
+    for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
+        const int r = e / S, s = e - r * S;
+        const int64_t at = (int64_t)(b0 + r) * S + s;
+        xh[r * K1 + s] = prl::load(p.h0[at]);
+        cell[r * S + s] = prl::load(p.c0[at]);
+    }
+    for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) xh[(e / rows) * p.rows * K1 + (e % rows) * K1 + K1 - 1] = A(1);
+
+    for (int t = 0; t < p.steps; ++t) {
+        A *cur = xh + (t & 1) * p.rows * K1, *next = xh + ((t + 1) & 1) * p.rows * K1;
+        for (int e = threadIdx.x; e < rows * I; e += blockDim.x) {
+            const int r = e / I, i = e - r * I;
+            cur[r * K1 + S + i] = prl::load(p.x[((int64_t)t * B + b0 + r) * I + i]);
+        }
+        __syncthreads();  // x_t staged, and h_{t-1} written by every thread of step t - 1
+        for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
+            const int r = e / S, s = e - r * S;
+            const A *a = cur + r * K1;
+            A acc[3] = {A(0), A(0), A(0)};
+            for (int k = 0; k < K1; ++k) {
+                const A v = a[k];
+                const A *wk = wt + k * P + s;
+#pragma unroll
+                for (int g = 0; g < 3; ++g) acc[g] = fma(wk[g * S], v, acc[g]);
+            }
+            const int64_t row = (int64_t)t * B + b0 + r;
+            T *g_t = p.gates + row * G3 + s;
+            A g[3];
+#pragma unroll
+            for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the backward reads them
+                const T stored = prl::store<T>(acc[i]);
+                g_t[i * S] = stored;
+                g[i] = prl::load(stored);
+            }
+            A h, c_new;
+            prl::lltm_forward_math<A>(g[0], g[1], g[2], cell[r * S + s], h, c_new);
+            const T h_stored = prl::store<T>(h), c_stored = prl::store<T>(c_new);
+            p.output[row * S + s] = h_stored;
+            p.cells[row * S + s] = c_stored;
+            if (t == p.steps - 1 && p.c_n) p.c_n[(int64_t)(b0 + r) * S + s] = c_stored;
+            cell[r * S + s] = prl::load(c_stored);  // the next step reads both as stored
+            next[r * K1 + s] = prl::load(h_stored);
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs<T> p) {
+    using A = prl::acc_t<T>;
+    const int S = p.state, K = S + p.features, G3 = 3 * S, P = p.pitch, B = p.batch;
+    const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0);
+    extern __shared__ __align__(16) unsigned char shared_raw[];
+    A *wt = reinterpret_cast<A *>(shared_raw);  // [S][P]: W_h^T; thread s reads row s (odd pitch: no bank conflicts)
+    A *dg = wt + (int64_t)S * P;                // [2][rows][3S]: d_gates of the block's rows, by step parity
+    A *d_cell = dg + 2 * p.rows * G3;           // [rows][S]: the gradient reaching the cell, as stored
+
+    for (int e = threadIdx.x; e < G3 * S; e += blockDim.x) {
+        const int j = e / S, k = e - j * S;
+        wt[k * P + j] = prl::load(p.w[(int64_t)j * K + k]);
+    }
+    for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
+        const int r = e / S, s = e - r * S;
+        d_cell[r * S + s] = p.grad_c_n ? prl::load(p.grad_c_n[(int64_t)(b0 + r) * S + s]) : A(0);
+    }
+    for (int t = p.steps - 1; t >= 0; --t) {
+        const A *later = dg + ((t + 1) & 1) * p.rows * G3;  // d_gates[t + 1]
+        A *now = dg + (t & 1) * p.rows * G3;
+        __syncthreads();  // d_gates[t + 1] complete; every read of `now` (as d_gates[t + 2]) done
+        for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
+            const int r = e / S, s = e - r * S;
+            A sum = A(0);
+            if (t + 1 < p.steps) {
+                const A *a = later + r * G3, *wk = wt + s * P;
+                for (int j = 0; j < G3; ++j) sum = fma(a[j], wk[j], sum);
+            }
+            const int64_t row = (int64_t)t * B + b0 + r, k_own = row * S + s;
+            // the gradient reaching h_t, rounded as the step-by-step path stores it
+            const A grad_h = prl::load(prl::store<T>(prl::load(p.grad_output[k_own]) + sum));
+            const T *g_t = p.gates + row * G3 + s;
+            const A old_cell = prl::load(t == 0 ? p.c0[(int64_t)(b0 + r) * S + s] : p.cells[k_own - (int64_t)B * S]);
+            A d[3], d_old;
+            prl::lltm_backward_math<A>(grad_h, d_cell[r * S + s], prl::load(g_t[0]), prl::load(g_t[S]),
+                                       prl::load(g_t[2 * S]), old_cell, d[0], d[1], d[2], d_old);
+            T *dg_t = p.d_gates + row * G3 + s;
+#pragma unroll
+            for (int i = 0; i < 3; ++i) {
+                const T stored = prl::store<T>(d[i]);
+                dg_t[i * S] = stored;
+                now[r * G3 + i * S + s] = prl::load(stored);
+            }
+            const T d_old_stored = prl::store<T>(d_old);
+            d_cell[r * S + s] = prl::load(d_old_stored);
+            if (t == 0) p.d_c0[(int64_t)(b0 + r) * S + s] = d_old_stored;
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {  // d_h0 = d_gates[0] W_h
+        const int r = e / S, s = e - r * S;
+        const A *a = dg + r * G3, *wk = wt + s * P;
+        A sum = A(0);
+        for (int j = 0; j < G3; ++j) sum = fma(a[j], wk[j], sum);
+        p.d_h0[(int64_t)(b0 + r) * S + s] = prl::store<T>(sum);
+    }
+}
+
+// ---- the products over all steps: out[m][n] = sum_q a(m, q) b(q, n), 32 x 32 tiles ----------
+
+constexpr int kTile = 32, kTileRows = 8;  // a block of 32 x 8 threads, 4 outputs each
+
+// d_weights [3S, S+I] and d_bias [3S]: m = gate j, n = column k of [h_{t-1}, x_t, 1], q = row t*B + b.
+template <typename T> struct WeightGrads {
+    const T *d_gates, *x, *h0, *output;
+    T *d_w, *d_b;
+    int64_t batch, features, state, steps;
+    __device__ int64_t m() const { return 3 * state; }
+    __device__ int64_t n() const { return state + features + 1; }
+    __device__ int64_t q() const { return steps * batch; }
+    __device__ prl::acc_t<T> a(int64_t j, int64_t row) const { return prl::load(d_gates[row * 3 * state + j]); }
+    __device__ prl::acc_t<T> b(int64_t row, int64_t k) const {
+        if (k == state + features) return prl::acc_t<T>(1);
+        if (k >= state) return prl::load(x[row * features + k - state]);
+        return prl::load(row < batch ? h0[row * state + k] : output[(row - batch) * state + k]);
+    }
+    __device__ void put(int64_t j, int64_t k, prl::acc_t<T> v) const {
+        if (k < state + features) d_w[j * (state + features) + k] = prl::store<T>(v);
+        else d_b[j] = prl::store<T>(v);
+    }
+};
+
+// d_input [T*B, I]: m = row t*B + b, n = input feature i, q = gate j.
+template <typename T> struct InputGrads {
+    const T *d_gates, *w;
+    T *d_x;
+    int64_t batch, features, state, steps;
+    __device__ int64_t m() const { return steps * batch; }
+    __device__ int64_t n() const { return features; }
+    __device__ int64_t q() const { return 3 * state; }
+    __device__ prl::acc_t<T> a(int64_t row, int64_t j) const { return prl::load(d_gates[row * 3 * state + j]); }
+    __device__ prl::acc_t<T> b(int64_t j, int64_t i) const { return prl::load(w[j * (state + features) + state + i]); }
+    __device__ void put(int64_t row, int64_t i, prl::acc_t<T> v) const { d_x[row * features + i] = prl::store<T>(v); }
+};
+
+template <typename T, typename Product>
+__global__ void __launch_bounds__(kTile * kTileRows) product_kernel(Product p) {
+    using A = prl::acc_t<T>;
+    __shared__ A as[kTile][kTile + 1], bs[kTile][kTile + 1];  // [q][m], [q][n]
+    const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+    const int64_t m0 = (int64_t)blockIdx.x * kTile, n0 = (int64_t)blockIdx.y * kTile;
+    const int64_t M = p.m(), N = p.n(), Q = p.q();
+    A acc[kTile / kTileRows] = {};
+    for (int64_t q0 = 0; q0 < Q; q0 += kTile) {
+        for (int i = ty; i < kTile; i += kTileRows) {  // row i of the chunk; tx along m (n)
+            const int64_t q = q0 + i;
+            as[i][tx] = q < Q && m0 + tx < M ? p.a(m0 + tx, q) : A(0);
+            bs[i][tx] = q < Q && n0 + tx < N ? p.b(q, n0 + tx) : A(0);
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int i = 0; i < kTile; ++i) {
+            const A a = as[i][tx];
+#pragma unroll
+            for (int u = 0; u < kTile / kTileRows; ++u) acc[u] = fma(a, bs[i][ty + u * kTileRows], acc[u]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int u = 0; u < kTile / kTileRows; ++u) {
+        const int64_t m = m0 + tx, n = n0 + ty + u * kTileRows;
+        if (m < M && n < N) p.put(m, n, acc[u]);
+    }
+}
+
+template <typename T, typename Product> void launch_product(const Product &p, int64_t m, int64_t n, cudaStream_t stream) {
+    const dim3 grid((unsigned)((m + kTile - 1) / kTile), (unsigned)((n + kTile - 1) / kTile));
+    if (grid.x && grid.y) product_kernel<T, Product><<<grid, kTile * kTileRows, 0, stream>>>(p);
+}
+
+// The recurrence kernels take more than the default 48 KiB of dynamic shared memory: allowed
+// once per device and kernel (a kernel's attribute is per device).
+template <typename T> cudaError_t allow_shared(int device) {
+    static std::mutex mutex;
+    static std::set<int> done;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (done.count(device)) return cudaSuccess;
+    int smem_max = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(reinterpret_cast<const void *>(&fused_forward_kernel<T>),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(reinterpret_cast<const void *>(&fused_backward_kernel<T>),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    if (err == cudaSuccess) done.insert(device);
+    return err;
+}
+
+// Whether the layout of (batch, features, state) fits `device`'s shared memory.
+template <typename T> cudaError_t fits_device(int64_t batch, int64_t features, int64_t state, int device, bool &fits) {
+    using A = prl::acc_t<T>;
+    fits = false;
+    if (batch <= 0 || state <= 0) return cudaSuccess;
+    int smem_max = 0;
+    const cudaError_t err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+    const Layout l = layout_of<A>(batch, features, state);
+    fits = l.forward_smem <= smem_max && l.backward_smem <= smem_max;
+    return cudaSuccess;
+}
+
+template <typename T>
+FusedArgs<T> fused_args(const void *x, const void *w, const void *h0, const void *c0, int64_t steps, int64_t batch,
+                        int64_t features, int64_t state, const Layout &l) {
+    FusedArgs<T> a{};
+    a.x = static_cast<const T *>(x);
+    a.w = static_cast<const T *>(w);
+    a.h0 = static_cast<const T *>(h0);
+    a.c0 = static_cast<const T *>(c0);
+    a.steps = (int)steps;
+    a.batch = (int)batch;
+    a.features = (int)features;
+    a.state = (int)state;
+    a.rows = l.rows;
+    a.pitch = l.pitch;
+    return a;
+}
+
+// Checks shared by both directions: sizes every index stays within, the layout fits.
+template <typename T>
+prl_status check_fused(const char *fn, int64_t steps, int64_t batch, int64_t features, int64_t state, int device,
+                       Layout &l) {
+    PRL_TRY(prl::check_count(fn, "features", features));
+    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, state + features));
+    if (features >= (int64_t(1) << 24) || steps * batch * (3 * state + features) >= (int64_t(1) << 40))
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: features=%lld with steps=%lld, batch=%lld: too large for "
+                         "the fused route", fn, (long long)features, (long long)steps, (long long)batch);
+    bool fits = false;
+    const cudaError_t err = fits_device<T>(batch, features, state, device, fits);
+    if (err != cudaSuccess) return prl::cuda_fail(fn, "querying the device", err);
+    if (!fits && batch > 0 && state > 0)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT,
+                         "%s: features=%lld, state=%lld does not fit in the shared memory of CUDA device %d "
+                         "(prl_lltm_sequence_fused_cuda_fits says so): use prl_lltm_sequence_forward_cuda / "
+                         "_backward_cuda and GEMMs of your own", fn, (long long)features, (long long)state, device);
+    l = layout_of<prl::acc_t<T>>(batch, features, state);
+    return PRL_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" PRL_API prl_status prl_lltm_sequence_fused_cuda_fits(int64_t batch, int64_t features, int64_t state,
+                                                                int dtype, int device, int *fits) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    if (fits == nullptr) return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'fits' is NULL", fn);
+    *fits = 0;
+    PRL_TRY(prl::check_count(fn, "features", features));
+    PRL_TRY(prl::check_lltm_sizes(fn, batch, state));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        bool ok = false;
+        const cudaError_t err = fits_device<T>(batch, features, state, guard.device(), ok);
+        if (err != cudaSuccess) return prl::cuda_fail(fn, "querying the device", err);
+        *fits = ok && features < (int64_t(1) << 24);
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
+    const void *input, const void *weights, const void *bias, const void *h0, const void *c0, void *output,
+    void *cells, void *gates, void *c_n, int64_t steps, int64_t batch, int64_t features, int64_t state, int dtype,
+    int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        Layout l;
+        PRL_TRY(check_fused<T>(fn, steps, batch, features, state, guard.device(), l));
+        const int64_t all = steps * batch * state;
+        PRL_TRY(prl::check_pointer(fn, "input", input, steps * batch * features));
+        PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
+        PRL_TRY(prl::check_pointer(fn, "bias", bias, 3 * state));
+        PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
+        PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
+        PRL_TRY(prl::check_pointer(fn, "output", output, all));
+        PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
+        PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
+        const cudaStream_t s = static_cast<cudaStream_t>(stream);
+        const size_t state_bytes = (size_t)(batch * state) * sizeof(T);
+        if (all == 0) {  // no step: c_n is c0
+            const cudaError_t err = c_n && state_bytes ? cudaMemcpyAsync(c_n, c0, state_bytes, cudaMemcpyDeviceToDevice, s)
+                                                       : cudaSuccess;
+            return err == cudaSuccess ? PRL_SUCCESS : prl::cuda_fail(fn, "copying c0 to c_n", err);
+        }
+        cudaError_t err = allow_shared<T>(guard.device());
+        if (err != cudaSuccess) return prl::cuda_fail(fn, "allowing the kernel's shared memory", err);
+        FusedArgs<T> a = fused_args<T>(input, weights, h0, c0, steps, batch, features, state, l);
+        a.bias = static_cast<const T *>(bias);
+        a.output = static_cast<T *>(output);
+        a.cells = static_cast<T *>(cells);
+        a.gates = static_cast<T *>(gates);
+        a.c_n = static_cast<T *>(c_n);
+        const unsigned blocks = (unsigned)((batch + l.rows - 1) / l.rows);
+        fused_forward_kernel<T><<<blocks, l.threads, (size_t)l.forward_smem, s>>>(a);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launch", err);
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
+    const void *grad_output, const void *grad_c_n, const void *input, const void *weights, const void *h0,
+    const void *c0, const void *output, const void *cells, const void *gates, void *d_gates, void *d_input,
+    void *d_weights, void *d_bias, void *d_h0, void *d_c0, int64_t steps, int64_t batch, int64_t features,
+    int64_t state, int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        Layout l;
+        PRL_TRY(check_fused<T>(fn, steps, batch, features, state, guard.device(), l));
+        const int64_t all = steps * batch * state;
+        PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
+        PRL_TRY(prl::check_pointer(fn, "input", input, steps * batch * features));
+        PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
+        PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
+        PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
+        PRL_TRY(prl::check_pointer(fn, "output", output, all));
+        PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
+        PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
+        PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, all));
+        PRL_TRY(prl::check_pointer(fn, "d_input", d_input, steps * batch * features));
+        PRL_TRY(prl::check_pointer(fn, "d_weights", d_weights, 3 * state * (state + features)));
+        PRL_TRY(prl::check_pointer(fn, "d_bias", d_bias, 3 * state));
+        PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, batch * state));
+        PRL_TRY(prl::check_pointer(fn, "d_c0", d_c0, batch * state));
+        cudaError_t err = allow_shared<T>(guard.device());
+        if (err != cudaSuccess) return prl::cuda_fail(fn, "allowing the kernel's shared memory", err);
+        const cudaStream_t s = static_cast<cudaStream_t>(stream);
+        const size_t state_bytes = (size_t)(batch * state) * sizeof(T);
+        if (steps == 0 && state_bytes) {  // no step: d_h0 is zero, d_c0 is grad_c_n; the products write zeros
+            err = cudaMemsetAsync(d_h0, 0, state_bytes, s);
+            if (err == cudaSuccess)
+                err = grad_c_n ? cudaMemcpyAsync(d_c0, grad_c_n, state_bytes, cudaMemcpyDeviceToDevice, s)
+                               : cudaMemsetAsync(d_c0, 0, state_bytes, s);
+            if (err != cudaSuccess) return prl::cuda_fail(fn, "writing d_h0 and d_c0", err);
+        }
+        FusedArgs<T> a = fused_args<T>(input, weights, h0, c0, steps, batch, features, state, l);
+        a.output = const_cast<T *>(static_cast<const T *>(output));  // read only in the backward
+        a.cells = const_cast<T *>(static_cast<const T *>(cells));
+        a.gates = const_cast<T *>(static_cast<const T *>(gates));
+        a.grad_output = static_cast<const T *>(grad_output);
+        a.grad_c_n = static_cast<const T *>(grad_c_n);
+        a.d_gates = static_cast<T *>(d_gates);
+        a.d_h0 = static_cast<T *>(d_h0);
+        a.d_c0 = static_cast<T *>(d_c0);
+        if (all) {
+            const unsigned blocks = (unsigned)((batch + l.rows - 1) / l.rows);
+            fused_backward_kernel<T><<<blocks, l.threads, (size_t)l.backward_smem, s>>>(a);
+        }
+        // with no rows (steps or batch 0) the products are sums of nothing: zeros
+        const WeightGrads<T> wg{static_cast<const T *>(d_gates), a.x, a.h0, a.output, static_cast<T *>(d_weights),
+                                static_cast<T *>(d_bias), batch, features, state, steps};
+        launch_product<T>(wg, 3 * state, state + features + 1, s);
+        const InputGrads<T> ig{static_cast<const T *>(d_gates), a.w, static_cast<T *>(d_input), batch, features,
+                               state, steps};
+        launch_product<T>(ig, steps * batch, features, s);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launches", err);
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
