@@ -432,7 +432,7 @@ def test_route_by_default(monkeypatch):
 @pytest.mark.parametrize("steps,batch,features,state", [
     (8, 32, 8, 64),      # the benchmark's small size: 4 rows of 64 threads per block, 8 blocks
     (5, 7, 3, 33),       # an odd state (the staged weights' pitch), a last block with fewer rows
-    (3, 2, 5, 300),      # a state past the block's 256 threads: each thread runs two columns
+    (3, 5, 2, 90),       # 2 rows of 90 threads per block (not whole warps), a last block with one row
     (40, 9, 2, 16),      # T*B = 360 rows: the products take several 32-row chunks
     (4, 3, 0, 8),        # no input features: d_input empty, the weight gradient is W_h's alone
 ])
