@@ -171,8 +171,7 @@ def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, 
     time the GPU need not wait)."""
     steps, batch, features = input.shape
     state = h0.shape[1]
-    gates = input.new_empty(steps, batch, 3 * state)
-    _input_half(input, weights, bias, gates)
+    gates = F.linear(input, weights[:, state:], bias)  # the input half of every step (fewer host ops than out=)
     output, cells, c_n = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state), torch.empty_like(c0)
     if input.is_cpu:
         _threads.follow_torch()
@@ -293,6 +292,7 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
 
 
 def _forward_fake(input, weights, bias, h0, c0):
+    _check_sequence_args(input, weights, bias, h0, c0)  # at trace time: torch.compile, export, meta tensors
     steps, batch, _ = input.shape
     state = h0.shape[1]
     return (input.new_empty(steps, batch, state), input.new_empty(batch, state),
@@ -488,8 +488,12 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
     if not (isinstance(state, (tuple, list)) and len(state) == 2):
         raise TypeError(f"state must be a tuple (h0, c0) or None, got {type(state).__name__}")
     input, weights, bias, h0, c0 = autocast_cast((input, weights, bias, *state))
-    _check_sequence_args(input, weights, bias, h0, c0)
-    if input.shape[0] == 0:
+    # The forward op checks every argument (its fake implementation too, for torch.compile and
+    # export), naming the bad one; here only what the op cannot see: non-tensors, and T = 0,
+    # which never reaches it.
+    if not all(isinstance(t, torch.Tensor) for t in (input, weights, bias, h0, c0)) or input.dim() != 3 \
+            or input.shape[0] == 0:
+        _check_sequence_args(input, weights, bias, h0, c0)
         return input.new_empty(0, input.shape[1], h0.shape[1]), (h0, c0)
     output, c_n, _, _ = function_for(_LLTMSequenceNoJvp, LLTMSequenceFunction).apply(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)
