@@ -82,13 +82,18 @@ def _fused(t: Tensor, steps: int, batch: int, features: int, state: int) -> bool
     choice = os.environ.get(PERSISTENT_ENV_VAR, "")
     if choice in ("0", "1") or (choice != "fused" and steps * batch * state >= FUSED_MAX_WORK):
         return False
-    key = (t.get_device(), t.dtype, batch, features, state)
-    fits = _fused_fits.get(key)
+    return _fits_device(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
+
+
+def _fits_device(cache: dict, query: str, t: Tensor, *sizes: int) -> bool:
+    """The library's answer to ``query(*sizes, dtype, device, &fits)`` for t's dtype and
+    device, asked once per (device, dtype, sizes) and kept in ``cache``."""
+    key = (t.get_device(), t.dtype, *sizes)
+    fits = cache.get(key)
     if fits is None:
         answer = ctypes.c_int(0)
-        _ffi.library().prl_lltm_sequence_fused_cuda_fits(batch, features, state, DTYPE_CODES[t.dtype], key[0],
-                                                         ctypes.byref(answer))
-        fits = _fused_fits[key] = bool(answer.value)
+        getattr(_ffi.library(), query)(*sizes, DTYPE_CODES[t.dtype], key[0], ctypes.byref(answer))
+        fits = cache[key] = bool(answer.value)
     return fits
 
 
@@ -102,13 +107,7 @@ def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
         return accepted and (choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK)
     if choice != "1" and (t.dtype not in (torch.float32, torch.float64) or steps * batch * state < PERSISTENT_MIN_WORK):
         return False
-    key = (t.get_device(), t.dtype, batch, state)
-    fits = _fits.get(key)
-    if fits is None:
-        answer = ctypes.c_int(0)
-        _ffi.library().prl_lltm_sequence_cuda_fits(batch, state, DTYPE_CODES[t.dtype], key[0], ctypes.byref(answer))
-        fits = _fits[key] = bool(answer.value)
-    return fits
+    return _fits_device(_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
 
 
 # ---- argument checks -------------------------------------------------------------------------

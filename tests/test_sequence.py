@@ -78,6 +78,16 @@ def check_against_reference(args, tol):
         torch.testing.assert_close(g.to(w.dtype), w, rtol=tol["rtol"], atol=atol)
 
 
+def check_repeatable(args):
+    """Two calls give the same bits: outputs and every gradient (the fixed-order sums)."""
+    first = ours(*args)
+    first_grads = torch.autograd.grad(weighted_loss(first), args)
+    again = ours(*args)
+    again_grads = torch.autograd.grad(weighted_loss(again), args)
+    for a, b in zip((*first, *first_grads), (*again, *again_grads)):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("steps,batch,features,state", [(1, 3, 4, 5), (7, 4, 3, 8), (5, 1, 16, 32), (3, 0, 2, 4)])
 def test_matches_reference_loop(device, dtype, steps, batch, features, state):
     check_against_reference(seq_args(steps, batch, features, state, dtype, device), TOLERANCES[dtype])
@@ -402,12 +412,7 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     # float64 holds half the weights per register file: at S = 512 its tiles do not fit
     assert sequence._one_call(args[0], steps, batch, state) == (dtype != torch.float64 or state < 512)
     check_against_reference(args, TOLERANCES[dtype])
-    first = ours(*args)
-    first_grads = torch.autograd.grad(weighted_loss(first), args)
-    again = ours(*args)
-    again_grads = torch.autograd.grad(weighted_loss(again), args)
-    for a, b in zip((*first, *first_grads), (*again, *again_grads)):
-        assert torch.equal(a, b)
+    check_repeatable(args)
 
 
 @requires_cuda
@@ -444,12 +449,7 @@ def test_fused_kernels(monkeypatch, steps, batch, features, state, dtype):
     args = seq_args(steps, batch, features, state, dtype, "cuda")
     assert sequence._fused(args[0], steps, batch, features, state)
     check_against_reference(args, TOLERANCES[dtype])
-    first = ours(*args)
-    first_grads = torch.autograd.grad(weighted_loss(first), args)
-    again = ours(*args)
-    again_grads = torch.autograd.grad(weighted_loss(again), args)
-    for a, b in zip((*first, *first_grads), (*again, *again_grads)):
-        assert torch.equal(a, b)
+    check_repeatable(args)
 
 
 @requires_cuda

@@ -313,24 +313,31 @@ FusedArgs<T> fused_args(const void *x, const void *w, const void *h0, const void
     return a;
 }
 
-// Checks shared by both directions: sizes every index stays within, the layout fits.
+// What both directions check and prepare, on the current device: sizes every index stays
+// within, the layout fits, the inputs both read, and the kernels' shared-memory allowance.
 template <typename T>
-prl_status check_fused(const char *fn, int64_t steps, int64_t batch, int64_t features, int64_t state, int device,
-                       Layout &l) {
+prl_status prepare_fused(const char *fn, const void *input, const void *weights, const void *h0, const void *c0,
+                         int64_t steps, int64_t batch, int64_t features, int64_t state, int device, Layout &l) {
     PRL_TRY(prl::check_count(fn, "features", features));
     PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, state + features));
     if (features >= (int64_t(1) << 24) || steps * batch * (3 * state + features) >= (int64_t(1) << 40))
         return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: features=%lld with steps=%lld, batch=%lld: too large for "
                          "the fused route", fn, (long long)features, (long long)steps, (long long)batch);
     bool fits = false;
-    const cudaError_t err = fits_device<T>(batch, features, state, device, fits);
+    cudaError_t err = fits_device<T>(batch, features, state, device, fits);
     if (err != cudaSuccess) return prl::cuda_fail(fn, "querying the device", err);
     if (!fits && batch > 0 && state > 0)
         return prl::fail(PRL_ERROR_INVALID_ARGUMENT,
                          "%s: features=%lld, state=%lld does not fit in the shared memory of CUDA device %d "
                          "(prl_lltm_sequence_fused_cuda_fits says so): use prl_lltm_sequence_forward_cuda / "
                          "_backward_cuda and GEMMs of your own", fn, (long long)features, (long long)state, device);
+    PRL_TRY(prl::check_pointer(fn, "input", input, steps * batch * features));
+    PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
+    PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
+    PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
     l = layout_of<prl::acc_t<T>>(batch, features, state);
+    err = allow_shared<T>(device);
+    if (err != cudaSuccess) return prl::cuda_fail(fn, "allowing the kernel's shared memory", err);
     return PRL_SUCCESS;
 }
 
@@ -368,13 +375,9 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         prl::DeviceGuard guard(device);
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         Layout l;
-        PRL_TRY(check_fused<T>(fn, steps, batch, features, state, guard.device(), l));
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
         const int64_t all = steps * batch * state;
-        PRL_TRY(prl::check_pointer(fn, "input", input, steps * batch * features));
-        PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
         PRL_TRY(prl::check_pointer(fn, "bias", bias, 3 * state));
-        PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
-        PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
         PRL_TRY(prl::check_pointer(fn, "output", output, all));
         PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
         PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
@@ -385,8 +388,6 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
                                                        : cudaSuccess;
             return err == cudaSuccess ? PRL_SUCCESS : prl::cuda_fail(fn, "copying c0 to c_n", err);
         }
-        cudaError_t err = allow_shared<T>(guard.device());
-        if (err != cudaSuccess) return prl::cuda_fail(fn, "allowing the kernel's shared memory", err);
         FusedArgs<T> a = fused_args<T>(input, weights, h0, c0, steps, batch, features, state, l);
         a.bias = static_cast<const T *>(bias);
         a.output = static_cast<T *>(output);
@@ -395,7 +396,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         a.c_n = static_cast<T *>(c_n);
         const unsigned blocks = (unsigned)((batch + l.rows - 1) / l.rows);
         fused_forward_kernel<T><<<blocks, l.threads, (size_t)l.forward_smem, s>>>(a);
-        err = cudaGetLastError();
+        const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launch", err);
         return PRL_SUCCESS;
     });
@@ -414,13 +415,9 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         prl::DeviceGuard guard(device);
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         Layout l;
-        PRL_TRY(check_fused<T>(fn, steps, batch, features, state, guard.device(), l));
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
         const int64_t all = steps * batch * state;
         PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
-        PRL_TRY(prl::check_pointer(fn, "input", input, steps * batch * features));
-        PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
-        PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
-        PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
         PRL_TRY(prl::check_pointer(fn, "output", output, all));
         PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
         PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
@@ -430,8 +427,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         PRL_TRY(prl::check_pointer(fn, "d_bias", d_bias, 3 * state));
         PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, batch * state));
         PRL_TRY(prl::check_pointer(fn, "d_c0", d_c0, batch * state));
-        cudaError_t err = allow_shared<T>(guard.device());
-        if (err != cudaSuccess) return prl::cuda_fail(fn, "allowing the kernel's shared memory", err);
+        cudaError_t err = cudaSuccess;
         const cudaStream_t s = static_cast<cudaStream_t>(stream);
         const size_t state_bytes = (size_t)(batch * state) * sizeof(T);
         if (steps == 0 && state_bytes) {  // no step: d_h0 is zero, d_c0 is grad_c_n; the products write zeros
