@@ -45,14 +45,55 @@ def define_composite(schema: str, fn) -> str:
     return f"pyroundlib::{name}"
 
 
+class _BoundPositionally(inspect.BoundArguments):
+    """What ``_PositionalSignature.bind`` returns: every parameter bound, positionally, none
+    with a default, so ``args`` is ``arguments``' values in order, ``kwargs`` is empty and
+    there are no defaults to apply (inspect's versions walk the parameters to find that)."""
+
+    __slots__ = ()
+
+    @property
+    def args(self) -> tuple:
+        return tuple(self.arguments.values())
+
+    @property
+    def kwargs(self) -> dict:
+        return {}
+
+    def apply_defaults(self) -> None:
+        pass
+
+
+class _PositionalSignature(inspect.Signature):
+    """A signature of plain parameters (positional-or-keyword, no defaults) whose ``bind``
+    takes a call passing all of them positionally in one step; any other call gets
+    ``inspect.Signature.bind`` itself (its binding, its errors)."""
+
+    __slots__ = ("_names",)
+
+    def __init__(self, signature: inspect.Signature):
+        super().__init__(list(signature.parameters.values()), return_annotation=signature.return_annotation)
+        self._names = tuple(signature.parameters)
+
+    def bind(self, *args, **kwargs) -> inspect.BoundArguments:
+        if kwargs or len(args) != len(self._names):
+            return super().bind(*args, **kwargs)
+        return _BoundPositionally(self, dict(zip(self._names, args)))
+
+
 def signature_once(function_class):
     """Class decorator: ``function_class.forward``'s signature computed once, not per call.
     ``Function.apply`` binds each call's arguments to ``forward``'s signature when the
-    Function defines ``setup_context`` (as torch.func requires), with ``inspect.signature``,
-    which returns a function's ``__signature__`` when it has one: 36 -> 11 us of host time a
-    call on the development VM (benchmarks/NOTES.md).  Subclasses inherit the same ``forward``."""
+    Function defines ``setup_context`` (as torch.func requires), with
+    ``inspect.signature(forward).bind(...)``; ``inspect.signature`` returns a function's
+    ``__signature__`` when it has one.  Computing it once took that from 36 to 11 us of host
+    time a call on the development VM; a ``_PositionalSignature``, whose ``bind`` takes the
+    usual all-positional call without inspect's general binding, from 11 to ~2 us
+    (benchmarks/NOTES.md).  Subclasses inherit the same ``forward``."""
     forward = function_class.forward
-    forward.__signature__ = inspect.signature(forward)
+    signature = inspect.signature(forward)
+    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in signature.parameters.values())
+    forward.__signature__ = _PositionalSignature(signature) if plain else signature
     return function_class
 
 
@@ -75,8 +116,8 @@ def autocast_cast(tensors: tuple) -> tuple:
     first = tensors[0]
     if not isinstance(first, torch.Tensor):
         return tensors
-    device_type = first.device.type
-    if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
+    device_type = "cuda" if first.is_cuda else "cpu" if first.is_cpu else None  # no torch.device object made
+    if device_type is None or not torch.is_autocast_enabled(device_type):
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
     return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype in AUTOCAST_ELIGIBLE

@@ -131,6 +131,25 @@ def _check_sequence_args(input, weights, bias, h0, c0) -> None:
     check_shape("c0", c0, (batch, state), f"[batch, state_size] {sizes}")
 
 
+def _sequence_args_ok(input, weights, bias, h0, c0) -> bool:
+    """The common case (CPU or CUDA tensors of one supported dtype and device, consistent
+    shapes) in one expression, as ``lltm._lltm_args_ok`` for the cell: a few us cheaper than
+    _check_sequence_args, which runs when this is False, to name what is wrong (or to admit
+    meta tensors)."""
+    try:
+        dtype, device = input.dtype, input.device
+        _, batch, features = input.shape
+        rows = weights.shape[0]
+        state = rows // 3
+        return (dtype in DTYPE_CODES and device.type in ("cpu", "cuda") and rows == 3 * state
+                and weights.dtype == dtype and bias.dtype == dtype and h0.dtype == dtype and c0.dtype == dtype
+                and weights.shape == (rows, state + features) and bias.shape == (rows,)
+                and h0.shape == (batch, state) and c0.shape == (batch, state)
+                and weights.device == device and bias.device == device and h0.device == device and c0.device == device)
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return False
+
+
 # ---- the loops (native kernels + torch GEMMs) ---------------------------------------------------
 
 def _pointers(t: Tensor) -> List[int]:
@@ -272,7 +291,8 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
 
 def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
     """-> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])."""
-    _check_sequence_args(input, weights, bias, h0, c0)
+    if not _sequence_args_ok(input, weights, bias, h0, c0):
+        _check_sequence_args(input, weights, bias, h0, c0)  # raises for bad input, naming it
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
     steps, batch, features = input.shape
     state = h0.shape[1]
@@ -490,8 +510,8 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
     # The forward op checks every argument (its fake implementation too, for torch.compile and
     # export), naming the bad one; here only what the op cannot see: non-tensors, and T = 0,
     # which never reaches it.
-    if not all(isinstance(t, torch.Tensor) for t in (input, weights, bias, h0, c0)) or input.dim() != 3 \
-            or input.shape[0] == 0:
+    if not (isinstance(input, Tensor) and isinstance(weights, Tensor) and isinstance(bias, Tensor)
+            and isinstance(h0, Tensor) and isinstance(c0, Tensor)) or input.dim() != 3 or input.shape[0] == 0:
         _check_sequence_args(input, weights, bias, h0, c0)
         return input.new_empty(0, input.shape[1], h0.shape[1]), (h0, c0)
     output, c_n, _, _ = function_for(_LLTMSequenceNoJvp, LLTMSequenceFunction).apply(input, weights, bias, h0, c0)

@@ -218,6 +218,35 @@ def test_tensor_subclasses():
     torch.testing.assert_close((h, c), lltm_cell_reference(*args))
 
 
+def test_forward_signatures_bind_as_inspect_does():
+    """signature_once's signature binds an all-positional call in one step; what it binds,
+    and every other call (keywords, too few or too many arguments), is inspect's own."""
+    import inspect
+
+    from pyroundlib import sequence
+
+    for function in (round_module.RoundSTEFunction, lltm.LLTMPointwiseFunction, sequence.LLTMSequenceFunction):
+        fast = inspect.signature(function.forward)
+        assert isinstance(fast, _common._PositionalSignature)
+        plain = inspect.Signature(list(fast.parameters.values()))
+        names = list(fast.parameters)
+        args = tuple(torch.randn(2) for _ in names)
+        bound = fast.bind(*args)
+        bound.apply_defaults()
+        want = plain.bind(*args)
+        assert bound.args == want.args and bound.kwargs == want.kwargs == {}
+        assert list(bound.arguments) == names and bound.signature is fast
+        if len(names) > 1:  # keywords: inspect's binding
+            kw = fast.bind(*args[:-1], **{names[-1]: args[-1]})
+            assert kw.args == want.args and type(kw) is inspect.BoundArguments
+        for wrong in (args[:-1], args + (args[0],)):
+            with pytest.raises(TypeError) as got:
+                fast.bind(*wrong)
+            with pytest.raises(TypeError) as expected:
+                plain.bind(*wrong)
+            assert str(got.value) == str(expected.value)
+
+
 def test_functions_applied_directly_check_through_the_ops():
     """Outside round_ste / lltm_cell the Functions' forwards run the custom ops, which check."""
     for function in (round_module.RoundSTEFunction, round_module._RoundSTENoJvp):

@@ -193,7 +193,7 @@ PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_output, cons
 /* ---- LLTM over a short sequence, every product included (CUDA) ----
  * For short sequences of small states a call's cost is host time: each GEMM a caller
  * launches around the recurrence costs more than its work.  These two functions do it all,
- * in one plain launch (forward) and three (backward), the weights staged in shared memory:
+ * in one plain launch (forward) and two (backward), the weights staged in shared memory:
  * the gates x_t @ W_x^T + b + h_{t-1} @ W_h^T of every step, and the input, weight and bias
  * gradients.  Every sum runs in a fixed order.
  *

@@ -17,8 +17,8 @@
 //   - the backward walks the steps in reverse the same way: d_h = grad_output[t] +
 //     d_gates[t+1] W_h from the block's own rows of d_gates[t+1], kept in shared memory,
 //     then the cell's backward; a last product gives d_h0 = d_gates[0] W_h.
-//   - then the products over all steps, each a tiled kernel over d_gates: d_weights with
-//     d_bias as one more column ([3S, T*B] x [T*B, S+I+1], the last column ones) and
+//   - then the products over all steps, tiled, over d_gates, both in one launch: d_weights
+//     with d_bias as one more column ([3S, T*B] x [T*B, S+I+1], the last column ones) and
 //     d_input ([T*B, 3S] x [3S, I]).  Every sum runs in a fixed order: the results do
 //     not depend on scheduling.
 // Each weight is read from shared memory by a warp at consecutive (forward) or, with an
@@ -26,8 +26,8 @@
 // weights and rows need of the device's shared memory (prl_lltm_sequence_fused_cuda_fits);
 // the work per step is serial in S + I, so the caller keeps this route to short
 // sequences of small states (the persistent kernels of lltm_sequence_cuda.cu run longer ones).
+#include <map>
 #include <mutex>
-#include <set>
 
 #include "cuda_common.cuh"
 #include "lltm.h"
@@ -229,12 +229,13 @@ template <typename T> struct InputGrads {
     __device__ void put(int64_t row, int64_t i, prl::acc_t<T> v) const { d_x[row * features + i] = prl::store<T>(v); }
 };
 
+// One 32 x 32 tile of out = a b (tile (tile_m, tile_n)), by a block of kTile x kTileRows threads.
 template <typename T, typename Product>
-__global__ void __launch_bounds__(kTile * kTileRows) product_kernel(Product p) {
+__device__ void product_tile(const Product &p, int64_t tile_m, int64_t tile_n) {
     using A = prl::acc_t<T>;
     __shared__ A as[kTile][kTile + 1], bs[kTile][kTile + 1];  // [q][m], [q][n]
     const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-    const int64_t m0 = (int64_t)blockIdx.x * kTile, n0 = (int64_t)blockIdx.y * kTile;
+    const int64_t m0 = tile_m * kTile, n0 = tile_n * kTile;
     const int64_t M = p.m(), N = p.n(), Q = p.q();
     A acc[kTile / kTileRows] = {};
     for (int64_t q0 = 0; q0 < Q; q0 += kTile) {
@@ -259,19 +260,33 @@ __global__ void __launch_bounds__(kTile * kTileRows) product_kernel(Product p) {
     }
 }
 
-template <typename T, typename Product> void launch_product(const Product &p, int64_t m, int64_t n, cudaStream_t stream) {
-    const dim3 grid((unsigned)((m + kTile - 1) / kTile), (unsigned)((n + kTile - 1) / kTile));
-    if (grid.x && grid.y) product_kernel<T, Product><<<grid, kTile * kTileRows, 0, stream>>>(p);
+// Both products of the backward in one launch (one launch less of host time): the first
+// `weight_tiles` blocks take the tiles of d_weights|d_bias, row-major over `weight_tiles_m`
+// tiles of m; the rest those of d_input, over `input_tiles_m`.
+template <typename T>
+__global__ void __launch_bounds__(kTile * kTileRows)
+    products_kernel(WeightGrads<T> wg, InputGrads<T> ig, int64_t weight_tiles, int64_t weight_tiles_m,
+                    int64_t input_tiles_m) {
+    const int64_t b = blockIdx.x;
+    if (b < weight_tiles) product_tile<T>(wg, b % weight_tiles_m, b / weight_tiles_m);
+    else product_tile<T>(ig, (b - weight_tiles) % input_tiles_m, (b - weight_tiles) / input_tiles_m);
 }
 
-// The recurrence kernels take more than the default 48 KiB of dynamic shared memory: allowed
-// once per device and kernel (a kernel's attribute is per device).
-template <typename T> cudaError_t allow_shared(int device) {
+int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
+
+// The shared memory a block of the current device `device` may opt into, asked once per
+// device (a call's host time is what counts at these sizes).  The recurrence kernels take
+// more than the default 48 KiB: the first ask allows them that much (a kernel's attribute
+// is per device).
+template <typename T> cudaError_t shared_memory_of(int device, int &smem_max) {
     static std::mutex mutex;
-    static std::set<int> done;
+    static std::map<int, int> known;  // device -> its opt-in shared memory per block
     std::lock_guard<std::mutex> lock(mutex);
-    if (done.count(device)) return cudaSuccess;
-    int smem_max = 0;
+    const auto it = known.find(device);
+    if (it != known.end()) {
+        smem_max = it->second;
+        return cudaSuccess;
+    }
     cudaError_t err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err == cudaSuccess)
         err = cudaFuncSetAttribute(reinterpret_cast<const void *>(&fused_forward_kernel<T>),
@@ -279,17 +294,17 @@ template <typename T> cudaError_t allow_shared(int device) {
     if (err == cudaSuccess)
         err = cudaFuncSetAttribute(reinterpret_cast<const void *>(&fused_backward_kernel<T>),
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
-    if (err == cudaSuccess) done.insert(device);
+    if (err == cudaSuccess) known.emplace(device, smem_max);
     return err;
 }
 
-// Whether the layout of (batch, features, state) fits `device`'s shared memory.
+// Whether the layout of (batch, features, state) fits the shared memory of the current device `device`.
 template <typename T> cudaError_t fits_device(int64_t batch, int64_t features, int64_t state, int device, bool &fits) {
     using A = prl::acc_t<T>;
     fits = false;
     if (batch <= 0 || state <= 0) return cudaSuccess;
     int smem_max = 0;
-    const cudaError_t err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    const cudaError_t err = shared_memory_of<T>(device, smem_max);
     if (err != cudaSuccess) return err;
     const Layout l = layout_of<A>(batch, features, state);
     fits = l.forward_smem <= smem_max && l.backward_smem <= smem_max;
@@ -336,8 +351,6 @@ prl_status prepare_fused(const char *fn, const void *input, const void *weights,
     PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
     PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
     l = layout_of<prl::acc_t<T>>(batch, features, state);
-    err = allow_shared<T>(device);
-    if (err != cudaSuccess) return prl::cuda_fail(fn, "allowing the kernel's shared memory", err);
     return PRL_SUCCESS;
 }
 
@@ -453,10 +466,13 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         // with no rows (steps or batch 0) the products are sums of nothing: zeros
         const WeightGrads<T> wg{static_cast<const T *>(d_gates), a.x, a.h0, a.output, static_cast<T *>(d_weights),
                                 static_cast<T *>(d_bias), batch, features, state, steps};
-        launch_product<T>(wg, 3 * state, state + features + 1, s);
         const InputGrads<T> ig{static_cast<const T *>(d_gates), a.w, static_cast<T *>(d_input), batch, features,
                                state, steps};
-        launch_product<T>(ig, steps * batch, features, s);
+        const int64_t weight_tiles = tiles(3 * state) * tiles(state + features + 1);
+        const int64_t blocks = weight_tiles + tiles(steps * batch) * tiles(features);
+        if (blocks)
+            products_kernel<T><<<(unsigned)blocks, kTile * kTileRows, 0, s>>>(wg, ig, weight_tiles, tiles(3 * state),
+                                                                              tiles(steps * batch));
         err = cudaGetLastError();
         if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launches", err);
         return PRL_SUCCESS;
