@@ -13,14 +13,14 @@ Layers, as for the cell:
   ops (native kernels + torch GEMMs, fake implementations for torch.compile and export).
   On CUDA, short sequences of small states run whole in the library, products included (the
   fused kernels: one library call per direction and no torch GEMM, whose host time would
-  outweigh their work).  Longer ones, where the recurrent weights fit on chip
-  (``prl_lltm_sequence_cuda_fits``), the
-  recurrence of all steps runs in one persistent kernel per direction (the step's GEMM
-  and pointwise work fused, the weights held in registers, a grid-wide barrier between
-  steps); on the CPU, for small states, in one loop of the library's (``prl_lltm_sequence_*_cpu``).
-  Otherwise the step-by-step loops run from Python, on CUDA captured into CUDA graphs and
-  replayed when a call repeats (``graphs.py``), unless a capture is already under way (then
-  they are captured into that).  Which route runs: ``_one_call``.
+  outweigh their work).  Longer ones (float32, float64), where the recurrent weights fit on
+  chip (``prl_lltm_sequence_cuda_fits``), run the recurrence of all steps in one persistent
+  kernel per direction (the step's GEMM and pointwise work fused, the weights held in
+  registers, a grid-wide barrier between steps); on the CPU, for small states, in one loop of
+  the library's (``prl_lltm_sequence_*_cpu``).  Otherwise the step-by-step loops run from
+  Python, on CUDA captured into CUDA graphs and replayed when a call repeats (``graphs.py``),
+  unless a capture is already under way (then they are captured into that).  Which route
+  runs: ``_fused``, then ``_one_call``.
 - ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
   mode ``jvp``); when a graph of the gradient is being built, its backward runs as
   differentiable torch ops instead (double backward, torch.func).
@@ -48,25 +48,33 @@ COPIES_PAY_FROM_STEPS = 4
 
 # The whole recurrence in one library call per direction: on CUDA the persistent kernels (one
 # cooperative launch each), on the CPU the library's single-threaded loop.  Where they fit and pay:
-# - CUDA: float32/float64 sequences with T*B*S >= PERSISTENT_MIN_WORK.  They compute in float
+# - CUDA: float32/float64 sequences of at least PERSISTENT_MIN_STEPS steps, or with T*B*S >=
+#   PERSISTENT_MIN_WORK, that the fused kernels (below) do not take.  They compute in float
 #   (double for float64) on CUDA cores, so for 16-bit types cuBLAS's tensor-core GEMMs step by
-#   step stay faster; and short sequences are bound by host time, where the step-by-step loops
-#   replayed from CUDA graphs (graphs.py) cost the host less than the persistent route's plain
-#   launches.  Measured on an H100 (benchmarks/NOTES.md): at (T, B, S) = (50, 64, 512), float32,
-#   fwd+bwd 1.87 ms against 2.21 ms step by step; at (8, 32, 64), 1.57 ms against 1.13 ms.
+#   step stay faster; and a few steps cost the host less step by step, replayed from CUDA
+#   graphs (graphs.py), than the persistent route's plain launches and torch GEMMs.  Measured
+#   on an H100 (benchmarks/NOTES.md), fwd+bwd: at (T, B, S) = (50, 64, 512), float32, 1.87 ms
+#   against 2.21 ms step by step; at (32, 16, 128) 1.04 ms against 3.08 ms (cuBLAS picked a
+#   50 us float32 kernel for each step's [16, 128] x [128, 384] product); at (8, 32, 64) 1.57 ms
+#   against 1.13 ms.
 # - CPU: every dtype, while one step's product (B x S x 3S multiply-adds) is at most
 #   CPU_MAX_STEP_WORK: there the per-step Python, dispatcher and ctypes calls of the loop cost
 #   more than the product; larger products go to torch's (multithreaded) GEMMs step by step.
-# Below PERSISTENT_MIN_WORK, every dtype on CUDA runs the fused kernels where their weights fit
-# in shared memory (prl_lltm_sequence_fused_cuda_fits): the whole sequence, its input half
-# and its gradient products in one library call per direction, so the host pays for no torch
-# GEMM (tens of microseconds of dispatch each, against a few of work at these sizes).
+# Before those, every dtype on CUDA runs the fused kernels where their weights fit in shared
+# memory (prl_lltm_sequence_fused_cuda_fits) and T*B*S < FUSED_MAX_WORK: the whole sequence,
+# its input half and its gradient products in one library call per direction, so the host
+# pays for no torch GEMM (tens of microseconds of dispatch each, against a few of work at these
+# sizes).  Their step is serial in S + I, so past FUSED_MAX_STEPS steps the persistent kernels,
+# where they run (float32/float64), are faster: at (256, 32, 64) 1.30 ms against 1.77 ms.
 # PYROUNDLIB_PERSISTENT_SEQUENCE=1 uses the persistent kernels / the CPU loop wherever they
 # fit, =fused the fused kernels wherever they fit, =0 neither (step by step).
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent CUDA kernels pay (float32, float64)
+PERSISTENT_MIN_STEPS = 16  # T from which they pay at any T * B * S
 FUSED_MAX_WORK = PERSISTENT_MIN_WORK  # T * B * S below which the fused CUDA kernels run
+FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
 CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the library pays
+_PERSISTENT_DTYPES = (torch.float32, torch.float64)
 _sequence_forward_kernel = Kernel("lltm_sequence_forward")
 _sequence_backward_kernel = Kernel("lltm_sequence_backward")
 _fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
@@ -82,7 +90,10 @@ def _fused(t: Tensor, steps: int, batch: int, features: int, state: int) -> bool
     choice = os.environ.get(PERSISTENT_ENV_VAR, "")
     if choice in ("0", "1") or (choice != "fused" and steps * batch * state >= FUSED_MAX_WORK):
         return False
-    return _fits_device(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
+    if not _fits_device(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state):
+        return False
+    return choice == "fused" or steps <= FUSED_MAX_STEPS or t.dtype not in _PERSISTENT_DTYPES \
+        or not _fits_device(_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
 
 
 def _fits_device(cache: dict, query: str, t: Tensor, *sizes: int) -> bool:
@@ -105,7 +116,8 @@ def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
     if t.is_cpu:
         accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the sequence entry points take
         return accepted and (choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK)
-    if choice != "1" and (t.dtype not in (torch.float32, torch.float64) or steps * batch * state < PERSISTENT_MIN_WORK):
+    if choice != "1" and (t.dtype not in _PERSISTENT_DTYPES
+                          or (steps < PERSISTENT_MIN_STEPS and steps * batch * state < PERSISTENT_MIN_WORK)):
         return False
     return _fits_device(_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
 

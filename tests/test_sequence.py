@@ -418,14 +418,20 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
 @requires_cuda
 def test_route_by_default(monkeypatch):
     """Unset, short sequences of small states run the fused kernels (every dtype), and the
-    persistent kernels float32/float64 sequences with more work."""
+    persistent kernels float32/float64 sequences with more steps or work."""
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
     for dtype, shape, want in [(torch.float32, (50, 64, 512), True), (torch.float32, (8, 32, 64), False),
-                               (torch.bfloat16, (50, 64, 512), False), (torch.float32, (100, 256, 1024), False)]:
+                               (torch.float32, (32, 16, 128), True), (torch.float64, (16, 16, 128), True),
+                               (torch.float32, (15, 16, 128), False),  # few steps, little work: step by step
+                               (torch.bfloat16, (50, 64, 512), False), (torch.bfloat16, (32, 16, 128), False),
+                               (torch.float32, (100, 256, 1024), False)]:  # weights too large for registers
         assert sequence._one_call(torch.empty(1, device="cuda", dtype=dtype), *shape) == want, (dtype, shape)
     for dtype, (steps, batch, features, state), want in [
             (torch.float32, (8, 32, 8, 64), True), (torch.bfloat16, (8, 32, 8, 64), True),
             (torch.float64, (8, 32, 8, 64), True), (torch.float16, (200, 32, 8, 64), True),
+            (torch.float32, (64, 32, 8, 64), True),
+            (torch.float32, (65, 32, 8, 64), False),  # past FUSED_MAX_STEPS: the persistent kernels
+            (torch.bfloat16, (200, 32, 8, 64), True),  # 16-bit: no persistent kernels
             (torch.float32, (50, 64, 256, 512), False),  # T*B*S at or past FUSED_MAX_WORK
             (torch.float32, (1, 4, 8, 4096), False)]:  # weights too large for shared memory
         got = sequence._fused(torch.empty(1, device="cuda", dtype=dtype), steps, batch, features, state)
