@@ -329,10 +329,12 @@ FusedArgs<T> fused_args(const void *x, const void *w, const void *h0, const void
 }
 
 // What both directions check and prepare, on the current device: sizes every index stays
-// within, the layout fits, the inputs both read, and the kernels' shared-memory allowance.
+// within, the layout fits, the buffers both touch (the forward writes output, cells and
+// gates, the backward reads them), and the kernels' shared-memory allowance.
 template <typename T>
 prl_status prepare_fused(const char *fn, const void *input, const void *weights, const void *h0, const void *c0,
-                         int64_t steps, int64_t batch, int64_t features, int64_t state, int device, Layout &l) {
+                         const void *output, const void *cells, const void *gates, int64_t steps, int64_t batch,
+                         int64_t features, int64_t state, int device, Layout &l) {
     PRL_TRY(prl::check_count(fn, "features", features));
     PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, state + features));
     if (features >= (int64_t(1) << 24) || steps * batch * (3 * state + features) >= (int64_t(1) << 40))
@@ -350,6 +352,9 @@ prl_status prepare_fused(const char *fn, const void *input, const void *weights,
     PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
     PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
     PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
+    PRL_TRY(prl::check_pointer(fn, "output", output, steps * batch * state));
+    PRL_TRY(prl::check_pointer(fn, "cells", cells, steps * batch * state));
+    PRL_TRY(prl::check_pointer(fn, "gates", gates, steps * batch * 3 * state));
     l = layout_of<prl::acc_t<T>>(batch, features, state);
     return PRL_SUCCESS;
 }
@@ -388,12 +393,10 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         prl::DeviceGuard guard(device);
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         Layout l;
-        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, output, cells, gates, steps, batch, features, state,
+                                 guard.device(), l));
         const int64_t all = steps * batch * state;
         PRL_TRY(prl::check_pointer(fn, "bias", bias, 3 * state));
-        PRL_TRY(prl::check_pointer(fn, "output", output, all));
-        PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
-        PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
         const cudaStream_t s = static_cast<cudaStream_t>(stream);
         const size_t state_bytes = (size_t)(batch * state) * sizeof(T);
         if (all == 0) {  // no step: c_n is c0
@@ -428,13 +431,11 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         prl::DeviceGuard guard(device);
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         Layout l;
-        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, output, cells, gates, steps, batch, features, state,
+                                 guard.device(), l));
         const int64_t all = steps * batch * state;
         PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
-        PRL_TRY(prl::check_pointer(fn, "output", output, all));
-        PRL_TRY(prl::check_pointer(fn, "cells", cells, all));
-        PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
-        PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, all));
+        PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, 3 * all));
         PRL_TRY(prl::check_pointer(fn, "d_input", d_input, steps * batch * features));
         PRL_TRY(prl::check_pointer(fn, "d_weights", d_weights, 3 * state * (state + features)));
         PRL_TRY(prl::check_pointer(fn, "d_bias", d_bias, 3 * state));
