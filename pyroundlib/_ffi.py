@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 4  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 5  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -64,6 +64,10 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_sequence_backward_cpu",  STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     ("prl_lltm_sequence_backward_cuda", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT,
                                                  _INT, _P)),
+    #                                             input weights bias h0 c0 output cells gates c_n
+    #                                             steps batch features state dtype device stream
+    ("prl_lltm_sequence_persistent_forward_cuda", STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64,
+                                                           _I64, _INT, _INT, _P)),
     #                                                   batch features state dtype device fits (int *)
     ("prl_lltm_sequence_fused_cuda_fits",     STATUS, (_I64, _I64, _I64, _INT, _INT, _P)),
     #                                                   input weights bias h0 c0 output cells gates c_n

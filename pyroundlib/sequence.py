@@ -16,8 +16,10 @@ Layers, as for the cell:
   outweigh their work).  Longer ones (float32, float64), where the recurrent weights fit on
   chip (``prl_lltm_sequence_cuda_fits``), run the recurrence of all steps in one persistent
   kernel per direction (the step's GEMM and pointwise work fused, the weights held in
-  registers, a grid-wide barrier between steps); on the CPU, for small states, in one loop of
-  the library's (``prl_lltm_sequence_*_cpu``).  Otherwise the step-by-step loops run from
+  registers, a grid-wide barrier between steps), the forward's input half before it in the
+  same library call (a tiled product: a torch GEMM launched first would hold the GPU back by
+  its host time); on the CPU, for small states, in one loop of the library's
+  (``prl_lltm_sequence_*_cpu``), after a torch GEMM for the input half.  Otherwise the step-by-step loops run from
   Python, on CUDA captured into CUDA graphs and replayed when a call repeats (``graphs.py``),
   unless a capture is already under way (then they are captured into that).  Which route
   runs: ``_fused``, then ``_one_call``.
@@ -77,6 +79,7 @@ CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the librar
 _PERSISTENT_DTYPES = (torch.float32, torch.float64)
 _sequence_forward_kernel = Kernel("lltm_sequence_forward")
 _sequence_backward_kernel = Kernel("lltm_sequence_backward")
+_persistent_forward_kernel = Kernel("lltm_sequence_persistent_forward", cpu=False)
 _fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
 _fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
@@ -196,15 +199,15 @@ def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: 
 
 
 def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
-    """_forward_op's results from one GEMM (the input half) and one library call for the
-    recurrence; on CUDA the GEMM is enqueued before the other outputs are allocated (host
-    time the GPU need not wait)."""
+    """_forward_op's results from one library call for the recurrence; on CUDA its input half
+    too (the persistent route), on the CPU after one torch GEMM for it."""
+    if input.is_cuda:
+        return _forward_whole(_persistent_forward_kernel, input, weights, bias, h0, c0)
     steps, batch, features = input.shape
     state = h0.shape[1]
     gates = F.linear(input, weights[:, state:], bias)  # the input half of every step (fewer host ops than out=)
     output, cells, c_n = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state), torch.empty_like(c0)
-    if input.is_cpu:
-        _threads.follow_torch()
+    _threads.follow_torch()
     _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
                              c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), steps, batch, state,
                              DTYPE_CODES[input.dtype])
@@ -229,15 +232,16 @@ def _backward_one_call(grad_output: Tensor, grad_c_n: Optional[Tensor], input: T
     return d_input, d_weights, d_bias, d_h0, d_c0
 
 
-def _forward_fused(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
-    """_forward_op's results from one library call: the fused kernels' forward."""
+def _forward_whole(kernel: Kernel, input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
+    """_forward_op's results from one library call that runs the whole forward, input half
+    included: the fused kernels' or the persistent route's on CUDA (same arguments)."""
     steps, batch, features = input.shape
     state = h0.shape[1]
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
-    _fused_forward_kernel(input, input.data_ptr(), weights.data_ptr(), bias.data_ptr(), h0.data_ptr(), c0.data_ptr(),
-                          output.data_ptr(), cells.data_ptr(), gates.data_ptr(), c_n.data_ptr(), steps, batch,
-                          features, state, DTYPE_CODES[input.dtype])
+    kernel(input, input.data_ptr(), weights.data_ptr(), bias.data_ptr(), h0.data_ptr(), c0.data_ptr(),
+           output.data_ptr(), cells.data_ptr(), gates.data_ptr(), c_n.data_ptr(), steps, batch, features, state,
+           DTYPE_CODES[input.dtype])
     return output, c_n, cells, gates
 
 
@@ -309,7 +313,7 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     steps, batch, features = input.shape
     state = h0.shape[1]
     if steps and _fused(input, steps, batch, features, state):
-        return _forward_fused(input, weights, bias, h0, c0)
+        return _forward_whole(_fused_forward_kernel, input, weights, bias, h0, c0)
     if steps and _one_call(input, steps, batch, state):
         return _forward_one_call(input, weights, bias, h0, c0)
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)

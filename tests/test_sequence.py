@@ -402,6 +402,8 @@ def test_graphs_follow_the_matmul_precision(monkeypatch):
     (6, 64, 32, 512),    # the middle size's state: 16-column tiles, several rows per block
     (5, 7, 3, 33),       # tiles that do not divide the batch or the state
     (3, 5, 2, 300),      # the reduction length not a multiple of a thread's chunk
+    (3, 50, 40, 24),     # the input half's tiles: 150 rows, 72 gates, 40 features, none whole
+    (4, 3, 0, 8),        # no input features: the gates start from the bias alone
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
@@ -529,6 +531,38 @@ def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     lib = pyroundlib._ffi.library()
     with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
         lib.prl_lltm_sequence_forward_cuda(1, 1, 8192, 1, 1, 1, 1, 1, 1, 4096, 8192, 0, 0, None)
+    # the whole forward plans the grid before it launches anything (these pointers are not
+    # memory: its input half must not run)
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
+        lib.prl_lltm_sequence_persistent_forward_cuda(1, 1, 1, 1, 1, 1, 1, 1, None, 1, 4096, 8, 8192, 0, 0, None)
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="'features'"):
+        lib.prl_lltm_sequence_persistent_forward_cuda(1, 1, 1, 1, 1, 1, 1, 1, None, 1, 4, -1, 8, 0, 0, None)
+    torch.cuda.synchronize()  # nothing was launched over those pointers
+
+
+@requires_cuda
+@pytest.mark.parametrize("steps,batch", [(6, 5), (3, 0), (0, 5)])
+def test_persistent_forward_writes_every_element(steps, batch):
+    """The persistent route's whole forward writes every element of its outputs (buffers
+    filled with NaN), its gates are the pre-activations x_t W_x^T + b + h_{t-1} W_h^T (the
+    input half it forms first, checked in float64), and with no step c_n = c0."""
+    features, state = 20, 40
+    x, w, b, h0, c0 = [a.detach() for a in seq_args(steps, batch, features, state, torch.float32, "cuda")]
+    nan = lambda *shape: torch.full(shape, float("nan"), device="cuda")  # noqa: E731
+    output, cells, gates, c_n = nan(steps, batch, state), nan(steps, batch, state), nan(steps, batch, 3 * state), \
+        nan(batch, state)
+    sequence._persistent_forward_kernel(x, x.data_ptr(), w.data_ptr(), b.data_ptr(), h0.data_ptr(), c0.data_ptr(),
+                                        output.data_ptr(), cells.data_ptr(), gates.data_ptr(), c_n.data_ptr(), steps,
+                                        batch, features, state, pyroundlib._common.DTYPE_CODES[torch.float32])
+    for t in (output, cells, gates, c_n):
+        assert torch.isfinite(t).all()
+    if steps == 0:
+        assert torch.equal(c_n, c0)
+        return
+    assert torch.equal(c_n, cells[-1])
+    h_prev = torch.cat([h0.unsqueeze(0), output[:-1]]).double()
+    want = torch.cat([h_prev, x.double()], dim=2) @ w.double().t() + b.double()
+    torch.testing.assert_close(gates.double(), want, rtol=1e-5, atol=1e-5)
 
 
 @requires_two_gpus

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 4
+#define PRL_ABI_VERSION 5
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -146,7 +146,14 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
  * Backward: grad_output [T, batch, state] (gradient of output), grad_c_n [batch, state]
  *   (gradient of the last new_cell; NULL = zero), gates / c0 / cells as the forward left
  *   them; d_gates [T, batch, 3*state], d_h0, d_c0 [batch, state] (outputs).  The weight,
- *   bias and input gradients are products of d_gates the caller forms. */
+ *   bias and input gradients are products of d_gates the caller forms.
+ * prl_lltm_sequence_persistent_forward_cuda: the whole forward in one call, its input half
+ *   included: first gates = input @ W_x^T + bias for every step (a tiled product on CUDA
+ *   cores, float32 without TF32, each sum in a fixed order), then the recurrence as
+ *   prl_lltm_sequence_forward_cuda.  Arguments as prl_lltm_sequence_fused_forward_cuda's:
+ *   input [T, batch, features], weights [3*state, state + features] (contiguous), bias
+ *   [3*state]; gates is an output.  With T = 0, c_n = c0.  A caller's GEMM launched first
+ *   would cost its host time before the GPU starts. */
 /* prl_set_cpu_threads: the most threads the CPU sequence functions use, the calling
  *   thread included (>= 1; 1, the default, keeps them on the calling thread).
  *   pyroundlib's Python package sets it to torch.get_num_threads() before each call.
@@ -189,6 +196,11 @@ PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_output, cons
                                                    void *d_gates, void *d_h0, void *d_c0,
                                                    int64_t steps, int64_t batch, int64_t state, int dtype,
                                                    int device, void *stream);
+PRL_API prl_status prl_lltm_sequence_persistent_forward_cuda(const void *input, const void *weights,
+                                                             const void *bias, const void *h0, const void *c0,
+                                                             void *output, void *cells, void *gates, void *c_n,
+                                                             int64_t steps, int64_t batch, int64_t features,
+                                                             int64_t state, int dtype, int device, void *stream);
 
 /* ---- LLTM over a short sequence, every product included (CUDA) ----
  * For short sequences of small states a call's cost is host time: each GEMM a caller

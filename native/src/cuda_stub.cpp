@@ -40,6 +40,12 @@ PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *, const void *, c
     return not_compiled(__func__);
 }
 
+PRL_API prl_status prl_lltm_sequence_persistent_forward_cuda(const void *, const void *, const void *, const void *,
+                                                             const void *, void *, void *, void *, void *, int64_t,
+                                                             int64_t, int64_t, int64_t, int, int, void *) {
+    return not_compiled(__func__);
+}
+
 PRL_API prl_status prl_lltm_sequence_fused_cuda_fits(int64_t, int64_t, int64_t, int, int, int *fits) {
     if (fits != nullptr) *fits = 0;
     return not_compiled(__func__);

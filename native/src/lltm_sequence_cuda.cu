@@ -1,6 +1,7 @@
 // lltm_sequence_cuda.cu - the LLTM's recurrence over a whole sequence, one persistent
 // kernel per direction: prl_lltm_sequence_forward_cuda, prl_lltm_sequence_backward_cuda and
-// prl_lltm_sequence_cuda_fits.
+// prl_lltm_sequence_cuda_fits; prl_lltm_sequence_persistent_forward_cuda runs the input half
+// of every step (a tiled product) before the forward's recurrence, in the same call.
 //
 // Run step by step, each step of the recurrence is a small GEMM (h_{t-1} [B, S] times
 // W_h^T [S, 3S]) and a pointwise launch: a few microseconds each, and at small batches
@@ -363,26 +364,98 @@ cudaError_t cached_plan(int64_t batch, int64_t state, int dtype, int device, Pla
     return cudaSuccess;
 }
 
+// The grid of one direction for (batch, state) on the current device `device`, planned
+// once (cached_plan); an error status when it does not fit.
+template <typename T, bool Backward>
+prl_status plan_sequence(const char *fn, int64_t batch, int64_t state, int dtype, int device, Plan &plan) {
+    const cudaError_t err = cached_plan<T, Backward>(batch, state, dtype, device, plan);
+    if (err != cudaSuccess) return prl::cuda_fail(fn, "planning the persistent grid", err);
+    if (!plan.fits())
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT,
+                         "%s: batch=%lld, state=%lld does not fit in one co-resident grid on CUDA device %d "
+                         "(prl_lltm_sequence_cuda_fits says so): run the steps one by one", fn, (long long)batch,
+                         (long long)state, device);
+    return PRL_SUCCESS;
+}
+
+// Launches the planned grid on `stream`, on the current device; never synchronises.
+template <typename T, bool Backward>
+prl_status launch_planned(const char *fn, SequenceArgs<T> args, const Plan &plan, void *stream) {
+    args.jt = plan.shape.jt;
+    args.bt = plan.bt;
+    void *params[] = {&args};
+    const cudaError_t err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(), dim3(plan.blocks),
+                                                        dim3(plan.shape.threads), params, (size_t)plan.smem,
+                                                        static_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess) return prl::cuda_fail(fn, "the cooperative kernel launch", err);
+    return PRL_SUCCESS;
+}
+
 // Plans the grid (or reuses the plan) and launches it on `stream`; never synchronises.
 template <typename T, bool Backward>
 prl_status launch_sequence(const char *fn, SequenceArgs<T> args, int dtype, int device, void *stream) {
     prl::DeviceGuard guard(device);
     if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
     Plan plan;
-    cudaError_t err = cached_plan<T, Backward>(args.batch, args.state, dtype, guard.device(), plan);
-    if (err != cudaSuccess) return prl::cuda_fail(fn, "planning the persistent grid", err);
-    if (!plan.fits())
-        return prl::fail(PRL_ERROR_INVALID_ARGUMENT,
-                         "%s: batch=%d, state=%d does not fit in one co-resident grid on CUDA device %d "
-                         "(prl_lltm_sequence_cuda_fits says so): run the steps one by one", fn, args.batch,
-                         args.state, guard.device());
-    args.jt = plan.shape.jt;
-    args.bt = plan.bt;
-    void *params[] = {&args};
-    err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(), dim3(plan.blocks), dim3(plan.shape.threads), params,
-                                      (size_t)plan.smem, static_cast<cudaStream_t>(stream));
-    if (err != cudaSuccess) return prl::cuda_fail(fn, "the cooperative kernel launch", err);
-    return PRL_SUCCESS;
+    PRL_TRY((plan_sequence<T, Backward>(fn, args.batch, args.state, dtype, guard.device(), plan)));
+    return launch_planned<T, Backward>(fn, args, plan, stream);
+}
+
+// ---- the input half of every step: gates = x W_x^T + b, one tiled product ------------------------
+// gates[r][n] = b[n] + sum_k x[r][k] w[n][S + k] over the rows r = t*B + b of all steps: tiles of
+// 64 rows x 64 gates, a block of 16 x 16 threads with 4 x 4 of them each, the input features
+// staged through shared memory 16 at a time.  On CUDA cores in acc_t<T> (float32 without
+// TF32), each sum in a fixed order.  It runs before the recurrence in the same library call:
+// a GEMM launched from Python first would cost that call's host time before the GPU starts.
+constexpr int kHalfTile = 64, kHalfK = 16, kHalfThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kHalfThreads)
+    input_half_kernel(const T *__restrict__ x, const T *__restrict__ w, int64_t ldw, int64_t state,
+                      const T *__restrict__ bias, T *__restrict__ gates, int64_t rows, int64_t features,
+                      int64_t tiles_n) {
+    using A = prl::acc_t<T>;
+    __shared__ __align__(16) A xs[kHalfK][kHalfTile + 4], ws[kHalfK][kHalfTile + 4];  // [k][row], [k][gate]
+    const int64_t cols = 3 * state;
+    const int64_t r0 = (int64_t)(blockIdx.x / tiles_n) * kHalfTile, n0 = (int64_t)(blockIdx.x % tiles_n) * kHalfTile;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int lr = threadIdx.x / 4, lk = threadIdx.x % 4 * 4;  // stages row lr, features lk .. lk + 3
+    const bool x_in = r0 + lr < rows, w_in = n0 + lr < cols;
+    const T *x_row = x + (x_in ? (r0 + lr) * features : 0);
+    const T *w_row = w + (w_in ? (n0 + lr) * ldw + state : 0);
+    A acc[4][4] = {};
+    for (int64_t k0 = 0; k0 < features; k0 += kHalfK) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t k = k0 + lk + j;
+            xs[lk + j][lr] = x_in && k < features ? prl::load(x_row[k]) : A(0);
+            ws[lk + j][lr] = w_in && k < features ? prl::load(w_row[k]) : A(0);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < kHalfK; ++kk) {
+            A a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                a[i] = xs[kk][ty * 4 + i];
+                b[i] = ws[kk][tx * 4 + i];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int64_t r = r0 + ty * 4 + i;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t n = n0 + tx * 4 + j;
+            if (r < rows && n < cols) gates[r * cols + n] = prl::store<T>(acc[i][j] + prl::load(bias[n]));
+        }
+    }
 }
 
 // The arguments both directions share; each entry point adds its buffers.
@@ -394,6 +467,21 @@ SequenceArgs<T> shared_args(const void *w_h, int64_t ldw, int64_t steps, int64_t
     args.steps = (int)steps;
     args.batch = (int)batch;
     args.state = (int)state;
+    return args;
+}
+
+// The forward's arguments: the shared ones and its buffers.
+template <typename T>
+SequenceArgs<T> forward_args(void *gates, const void *w_h, int64_t ldw, const void *h0, const void *c0, void *output,
+                             void *cells, void *c_n, int64_t steps, int64_t batch, int64_t state) {
+    SequenceArgs<T> args = shared_args<T>(w_h, ldw, steps, batch, state);
+    args.gates = static_cast<T *>(gates);
+    args.h0 = static_cast<const T *>(h0);
+    args.c0 = static_cast<const T *>(c0);
+    args.output = static_cast<T *>(output);
+    args.cells = static_cast<T *>(cells);
+    args.c_n = static_cast<T *>(c_n);
+    args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(h0) && prl::aligned16(output);
     return args;
 }
 
@@ -431,15 +519,48 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const 
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (all == 0) return PRL_SUCCESS;
-        SequenceArgs<T> args = shared_args<T>(w_h, ldw, steps, batch, state);
-        args.gates = static_cast<T *>(gates);
-        args.h0 = static_cast<const T *>(h0);
-        args.c0 = static_cast<const T *>(c0);
-        args.output = static_cast<T *>(output);
-        args.cells = static_cast<T *>(cells);
-        args.c_n = static_cast<T *>(c_n);
-        args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(h0) && prl::aligned16(output);
-        return launch_sequence<T, false>(fn, args, dtype, device, stream);
+        return launch_sequence<T, false>(fn, forward_args<T>(gates, w_h, ldw, h0, c0, output, cells, c_n, steps,
+                                                             batch, state), dtype, device, stream);
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_persistent_forward_cuda(
+    const void *input, const void *weights, const void *bias, const void *h0, const void *c0, void *output,
+    void *cells, void *gates, void *c_n, int64_t steps, int64_t batch, int64_t features, int64_t state, int dtype,
+    int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(prl::check_count(fn, "features", features));
+    const int64_t ldw = state + features;
+    PRL_TRY(prl::check_sequence_forward_args(fn, gates, weights, ldw, h0, c0, output, cells, steps, batch, state));
+    const int64_t rows = steps * batch, all = rows * state;
+    PRL_TRY(prl::check_pointer(fn, "input", input, rows * features));
+    PRL_TRY(prl::check_pointer(fn, "bias", bias, all));
+    const int64_t tiles_m = (rows + kHalfTile - 1) / kHalfTile, tiles_n = (3 * state + kHalfTile - 1) / kHalfTile;
+    if (tiles_m * tiles_n > INT32_MAX)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: steps * batch=%lld rows of 3 * state=%lld gates: too many "
+                         "tiles for one grid", fn, (long long)rows, (long long)(3 * state));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        const cudaStream_t s = static_cast<cudaStream_t>(stream);
+        if (all == 0) {  // no step: c_n is c0
+            const size_t state_bytes = (size_t)(batch * state) * sizeof(T);
+            const cudaError_t err = c_n && state_bytes ? cudaMemcpyAsync(c_n, c0, state_bytes, cudaMemcpyDeviceToDevice, s)
+                                                       : cudaSuccess;
+            return err == cudaSuccess ? PRL_SUCCESS : prl::cuda_fail(fn, "copying c0 to c_n", err);
+        }
+        Plan plan;  // before any launch: a grid that does not fit launches nothing
+        PRL_TRY((plan_sequence<T, false>(fn, batch, state, dtype, guard.device(), plan)));
+        input_half_kernel<T><<<(unsigned)(tiles_m * tiles_n), kHalfThreads, 0, s>>>(
+            static_cast<const T *>(input), static_cast<const T *>(weights), ldw, state, static_cast<const T *>(bias),
+            static_cast<T *>(gates), rows, features, tiles_n);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return prl::cuda_fail(fn, "the input-half launch", err);
+        return launch_planned<T, false>(fn, forward_args<T>(gates, weights, ldw, h0, c0, output, cells, c_n, steps,
+                                                            batch, state), plan, stream);
     });
     PRL_API_END
 }

@@ -112,7 +112,8 @@ template <typename T> static void lltm_case(int dtype, int64_t batch, int64_t st
     for (T *p : {d_gates, d_cell, d_grad, h, c, dg, dc, dg2, dc2, db}) cudaFree(p);
 }
 
-// The persistent sequence kernels (shared memory, a grid-wide barrier): statuses here; the
+// The persistent sequence kernels (shared memory, a grid-wide barrier) and the input half before
+// them: statuses here; the
 // Python tests check the values against a float64 reference.
 template <typename T> static void sequence_case(int dtype, int64_t steps, int64_t batch, int64_t state) {
     const int64_t ldw = state + 3, cell = batch * state, n = steps * cell;
@@ -122,6 +123,8 @@ template <typename T> static void sequence_case(int dtype, int64_t steps, int64_
     auto gates = to_device(random_values<T>((size_t)(3 * n), 1.0)), w = to_device(random_values<T>((size_t)(3 * state * ldw), 0.2));
     auto h0 = to_device(random_values<T>((size_t)cell, 1.0)), c0 = to_device(random_values<T>((size_t)cell, 1.0));
     auto grad = to_device(random_values<T>((size_t)n, 1.0)), grad_c = to_device(random_values<T>((size_t)cell, 1.0));
+    auto x = to_device(random_values<T>((size_t)(steps * batch * (ldw - state)), 1.0));
+    auto bias = to_device(random_values<T>((size_t)(3 * state), 0.2));
     T *out, *cells, *c_n, *dg, *dh0, *dc0;
     cudaMalloc(&out, n * sizeof(T));
     cudaMalloc(&c_n, cell * sizeof(T));
@@ -135,12 +138,17 @@ template <typename T> static void sequence_case(int dtype, int64_t steps, int64_
                                           dtype, 0, nullptr) == PRL_SUCCESS);
     CHECK(prl_lltm_sequence_backward_cuda(grad, nullptr, gates, w, ldw, c0, cells, dg, dh0, dc0, steps, batch, state,
                                           dtype, 0, nullptr) == PRL_SUCCESS);
-    CHECK(cudaDeviceSynchronize() == cudaSuccess);
     std::vector<T> last(cell), again(cell);  // c_n repeats the last step's cells bit for bit
-    cudaMemcpy(last.data(), cells + (steps - 1) * cell, cell * sizeof(T), cudaMemcpyDeviceToHost);
-    cudaMemcpy(again.data(), c_n, cell * sizeof(T), cudaMemcpyDeviceToHost);
-    CHECK(std::memcmp(last.data(), again.data(), cell * sizeof(T)) == 0);
-    for (T *p : {gates, w, h0, c0, grad, grad_c, out, cells, c_n, dg, dh0, dc0}) cudaFree(p);
+    for (int whole = 0; whole < 2; ++whole) {  // then the whole forward: the input half (a tiled product) first
+        if (whole)
+            CHECK(prl_lltm_sequence_persistent_forward_cuda(x, w, bias, h0, c0, out, cells, gates, c_n, steps, batch,
+                                                            ldw - state, state, dtype, 0, nullptr) == PRL_SUCCESS);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        cudaMemcpy(last.data(), cells + (steps - 1) * cell, cell * sizeof(T), cudaMemcpyDeviceToHost);
+        cudaMemcpy(again.data(), c_n, cell * sizeof(T), cudaMemcpyDeviceToHost);
+        CHECK(std::memcmp(last.data(), again.data(), cell * sizeof(T)) == 0);
+    }
+    for (T *p : {gates, w, h0, c0, grad, grad_c, out, cells, c_n, dg, dh0, dc0, x, bias}) cudaFree(p);
 }
 
 int main() {
