@@ -19,8 +19,9 @@
 //     then the cell's backward; a last product gives d_h0 = d_gates[0] W_h.
 //   - then the products over all steps, tiled, over d_gates, both in one launch: d_weights
 //     with d_bias as one more column ([3S, T*B] x [T*B, S+I+1], the last column ones) and
-//     d_input ([T*B, 3S] x [3S, I]).  Every sum runs in a fixed order: the results do
-//     not depend on scheduling.
+//     d_input ([T*B, 3S] x [3S, I]), the first in 8 x 8 tiles with four threads per
+//     output (its T*B rows outnumber its outputs), the second in 32 x 32 tiles.  Every sum
+//     runs in a fixed order: the results do not depend on scheduling.
 // Each weight is read from shared memory by a warp at consecutive (forward) or, with an
 // odd row pitch, conflict-free (backward) addresses.  What fits is what the staged
 // weights and rows need of the device's shared memory (prl_lltm_sequence_fused_cuda_fits);
@@ -260,19 +261,59 @@ __device__ void product_tile(const Product &p, int64_t tile_m, int64_t tile_n) {
     }
 }
 
+// The weight product, d_weights|d_bias: its m and n are small (3S and S+I+1, whose product the
+// staged weights bound to ~58K elements in float32) and its q, T*B rows, large.  32 x 32
+// tiles left a few blocks (4 at S = I = 16) each summing every row alone: 8 x 8 tiles give 16
+// times the blocks, and four threads share each output, each summing every fourth row of a
+// staged chunk; the four meet in shared memory in a fixed order.
+constexpr int kNarrow = 8, kNarrowLanes = 4, kNarrowRows = 64;
+static_assert(kNarrow * kNarrow * kNarrowLanes == kTile * kTileRows, "one block shape for every product tile");
+
+template <typename T, typename Product>
+__device__ void narrow_tile(const Product &p, int64_t tile_m, int64_t tile_n) {
+    using A = prl::acc_t<T>;
+    constexpr int kOutputs = kNarrow * kNarrow;
+    __shared__ A as[kNarrowRows][kNarrow + 1], bs[kNarrowRows][kNarrow + 1];  // [q][m], [q][n]
+    __shared__ A lanes[kNarrowLanes][kOutputs];
+    const int o = threadIdx.x % kOutputs, lane = threadIdx.x / kOutputs, om = o / kNarrow, on = o % kNarrow;
+    const int64_t m0 = tile_m * kNarrow, n0 = tile_n * kNarrow;
+    const int64_t M = p.m(), N = p.n(), Q = p.q();
+    A acc = A(0);
+    for (int64_t q0 = 0; q0 < Q; q0 += kNarrowRows) {
+        for (int i = threadIdx.x; i < kNarrowRows * kNarrow; i += kOutputs * kNarrowLanes) {
+            const int r = i / kNarrow, c = i % kNarrow;  // consecutive threads along m (n) of one row
+            const int64_t q = q0 + r;
+            as[r][c] = q < Q && m0 + c < M ? p.a(m0 + c, q) : A(0);
+            bs[r][c] = q < Q && n0 + c < N ? p.b(q, n0 + c) : A(0);
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int r = lane; r < kNarrowRows; r += kNarrowLanes) acc = fma(as[r][om], bs[r][on], acc);
+        __syncthreads();
+    }
+    lanes[lane][o] = acc;
+    __syncthreads();
+    if (lane == 0) {
+        A sum = lanes[0][o];
+#pragma unroll
+        for (int l = 1; l < kNarrowLanes; ++l) sum += lanes[l][o];
+        if (m0 + om < M && n0 + on < N) p.put(m0 + om, n0 + on, sum);
+    }
+}
+
 // Both products of the backward in one launch (one launch less of host time): the first
-// `weight_tiles` blocks take the tiles of d_weights|d_bias, row-major over `weight_tiles_m`
-// tiles of m; the rest those of d_input, over `input_tiles_m`.
+// `weight_tiles` blocks take the 8 x 8 tiles of d_weights|d_bias, row-major over
+// `weight_tiles_m` tiles of m; the rest the 32 x 32 tiles of d_input, over `input_tiles_m`.
 template <typename T>
 __global__ void __launch_bounds__(kTile * kTileRows)
     products_kernel(WeightGrads<T> wg, InputGrads<T> ig, int64_t weight_tiles, int64_t weight_tiles_m,
                     int64_t input_tiles_m) {
     const int64_t b = blockIdx.x;
-    if (b < weight_tiles) product_tile<T>(wg, b % weight_tiles_m, b / weight_tiles_m);
+    if (b < weight_tiles) narrow_tile<T>(wg, b % weight_tiles_m, b / weight_tiles_m);
     else product_tile<T>(ig, (b - weight_tiles) % input_tiles_m, (b - weight_tiles) / input_tiles_m);
 }
 
-int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
+int64_t tiles(int64_t n, int64_t tile = kTile) { return (n + tile - 1) / tile; }
 
 // The shared memory a block of the current device `device` may opt into, asked once per
 // device (a call's host time is what counts at these sizes).  The recurrence kernels take
@@ -469,10 +510,11 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
                                 static_cast<T *>(d_bias), batch, features, state, steps};
         const InputGrads<T> ig{static_cast<const T *>(d_gates), a.w, static_cast<T *>(d_input), batch, features,
                                state, steps};
-        const int64_t weight_tiles = tiles(3 * state) * tiles(state + features + 1);
+        const int64_t weight_tiles = tiles(3 * state, kNarrow) * tiles(state + features + 1, kNarrow);
         const int64_t blocks = weight_tiles + tiles(steps * batch) * tiles(features);
         if (blocks)
-            products_kernel<T><<<(unsigned)blocks, kTile * kTileRows, 0, s>>>(wg, ig, weight_tiles, tiles(3 * state),
+            products_kernel<T><<<(unsigned)blocks, kTile * kTileRows, 0, s>>>(wg, ig, weight_tiles,
+                                                                              tiles(3 * state, kNarrow),
                                                                               tiles(steps * batch));
         err = cudaGetLastError();
         if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launches", err);
