@@ -22,7 +22,8 @@ Layers, as for the cell:
   (``prl_lltm_sequence_*_cpu``), after a torch GEMM for the input half.  Otherwise the step-by-step loops run from
   Python, on CUDA captured into CUDA graphs and replayed when a call repeats (``graphs.py``),
   unless a capture is already under way (then they are captured into that).  Which route
-  runs: ``_fused``, then ``_one_call``.
+  runs: ``_fused``, then ``_one_call``, asked once per device, dtype, shape and setting
+  (``_route``).
 - ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
   mode ``jvp``); when a graph of the gradient is being built, its backward runs as
   differentiable torch ops instead (double backward, torch.func).
@@ -84,6 +85,29 @@ _fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
 _fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
 _fused_fits = {}  # (device index, dtype, batch, features, state) -> whether the fused kernels fit
+
+
+# The route of a call, kept per (device index, dtype, T, B, I, S, the environment's choice):
+# the route's tests take ~10 us of host time a direction on the H100 machine, a few percent
+# of a small sequence's call; a dictionary lookup ~1 us.  Cleared when it holds MAX_ROUTES
+# (sequence lengths that vary from batch to batch make a new key each).
+FUSED, ONE_CALL, STEPS = "fused", "one call", "steps"
+MAX_ROUTES = 1024
+_routes = {}
+
+
+def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
+    """Which route this call takes: FUSED, ONE_CALL or STEPS (``_fused``, then ``_one_call``);
+    T >= 1, t on the CPU or a CUDA device."""
+    key = (t.get_device(), t.dtype, steps, batch, features, state, os.environ.get(PERSISTENT_ENV_VAR, ""))
+    route = _routes.get(key)
+    if route is None:
+        route = FUSED if _fused(t, steps, batch, features, state) else \
+            ONE_CALL if _one_call(t, steps, batch, state) else STEPS
+        if len(_routes) >= MAX_ROUTES:
+            _routes.clear()
+        _routes[key] = route
+    return route
 
 
 def _fused(t: Tensor, steps: int, batch: int, features: int, state: int) -> bool:
@@ -312,9 +336,10 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
     steps, batch, features = input.shape
     state = h0.shape[1]
-    if steps and _fused(input, steps, batch, features, state):
+    route = _route(input, steps, batch, features, state) if steps else STEPS
+    if route is FUSED:
         return _forward_whole(_fused_forward_kernel, input, weights, bias, h0, c0)
-    if steps and _one_call(input, steps, batch, state):
+    if route is ONE_CALL:
         return _forward_one_call(input, weights, bias, h0, c0)
     output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
     gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
@@ -342,9 +367,10 @@ def _backward_op(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor,
                 torch.zeros_like(h0), torch.zeros_like(c0) if grad_c_n is None else grad_c_n.clone())
     tensors = [t if t is None else t.contiguous()
                for t in (grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates)]
-    if _fused(input, *input.shape, h0.shape[1]):
+    route = _route(input, *input.shape, h0.shape[1])
+    if route is FUSED:
         return _backward_fused(*tensors)
-    if _one_call(input, *input.shape[:2], h0.shape[1]):
+    if route is ONE_CALL:
         return _backward_one_call(*tensors)
     if grad_c_n is None:
         tensors[1] = torch.zeros_like(tensors[5])

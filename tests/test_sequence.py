@@ -521,6 +521,34 @@ def test_cpu_route_by_default(monkeypatch):
     assert not sequence._one_call(torch.empty(1), 8, 32, 64)
 
 
+def test_route_is_kept_per_shape_and_setting(monkeypatch):
+    """``_route`` answers as ``_fused`` / ``_one_call`` do, keeps the answer per device, dtype,
+    shape and setting (a changed setting is a new key, not a stale answer), and starts over
+    when it holds MAX_ROUTES answers."""
+    monkeypatch.setattr(sequence, "_routes", {})
+    x = torch.empty(1)
+    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
+    assert sequence._route(x, 8, 32, 8, 64) == sequence.ONE_CALL
+    assert sequence._route(x, 50, 64, 256, 512) == sequence.STEPS
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+    assert sequence._route(x, 8, 32, 8, 64) == sequence.STEPS
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    assert sequence._route(x, 50, 64, 256, 512) == sequence.ONE_CALL
+    assert len(sequence._routes) == 4
+    calls = []
+    monkeypatch.setattr(sequence, "_one_call", lambda *args: calls.append(args) or False)
+    assert sequence._route(x, 50, 64, 256, 512) == sequence.ONE_CALL  # kept: not asked again
+    assert calls == []
+    assert sequence._route(x.double(), 50, 64, 256, 512) == sequence.STEPS  # another dtype: asked
+    assert len(calls) == 1
+    monkeypatch.setattr(sequence, "MAX_ROUTES", 5)
+    sequence._route(x, 1, 1, 1, 1)
+    assert len(sequence._routes) == 1
+    if torch.cuda.is_available():
+        monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR)
+        assert sequence._route(torch.empty(1, device="cuda"), 8, 32, 8, 64) == sequence.FUSED
+
+
 @requires_cuda
 def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     """Where the weights do not fit on chip the route is the step-by-step one, and the C
