@@ -341,8 +341,9 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
         return _forward_whole(_fused_forward_kernel, input, weights, bias, h0, c0)
     if route is ONE_CALL:
         return _forward_one_call(input, weights, bias, h0, c0)
-    output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
-    gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
+    with graphs.buffers(input):  # what the graphs are keyed on, in blocks that repeat
+        output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
+        gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
     if steps:
         graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5,
                    copies_pay=steps >= COPIES_PAY_FROM_STEPS)
@@ -372,10 +373,11 @@ def _backward_op(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor,
         return _backward_fused(*tensors)
     if route is ONE_CALL:
         return _backward_one_call(*tensors)
-    if grad_c_n is None:
-        tensors[1] = torch.zeros_like(tensors[5])
-    grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
-             torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
+    with graphs.buffers(input):
+        if grad_c_n is None:
+            tensors[1] = torch.zeros_like(tensors[5])
+        grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
+                 torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
     graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),
                copies_pay=input.shape[0] >= COPIES_PAY_FROM_STEPS)
     return grads

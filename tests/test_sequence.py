@@ -1,6 +1,7 @@
 """lltm_sequence / LLTMLayer against a loop of the plain-PyTorch cell: forward, every
 gradient, the workflows (torch.func, double backward, autocast, torch.compile) and, on a
 GPU, streams, CUDA graphs and the per-shape graph replay."""
+import contextlib
 import ctypes
 from pathlib import Path
 
@@ -339,6 +340,63 @@ def test_compile_reduce_overhead():
         want_grads = torch.autograd.grad(weighted_loss((want[0], *want[1])), [x] + list(layer.parameters()))
         torch.testing.assert_close((got[0], *got[1]), (want[0], *want[1]))
         torch.testing.assert_close(got_grads, want_grads)
+
+
+def test_buffers_use_a_pool_only_where_graphs_replay(monkeypatch):
+    """graphs.buffers: the caching allocator as usual for CPU tensors, with the graphs off
+    and (on a GPU) under a capture; the device's pool otherwise, where this torch has one."""
+    assert isinstance(graphs.buffers(torch.empty(1)), contextlib.nullcontext)
+    if not torch.cuda.is_available():
+        return
+    x = torch.empty(1, device="cuda")
+    monkeypatch.setenv(graphs.ENV_VAR, "0")
+    assert isinstance(graphs.buffers(x), contextlib.nullcontext)
+    monkeypatch.setenv(graphs.ENV_VAR, "1")
+    if graphs._MemPool is not None and graphs._use_mem_pool is not None:
+        assert not isinstance(graphs.buffers(x), contextlib.nullcontext)
+        assert x.get_device() in graphs._pools
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        assert isinstance(graphs.buffers(x), contextlib.nullcontext)  # a capture allocates from its own pool
+
+
+@requires_cuda
+@pytest.mark.skipif(graphs._MemPool is None or graphs._use_mem_pool is None, reason="torch without MemPool")
+def test_graph_replay_of_repeated_calls_survives_other_allocations():
+    """Between two calls other work allocates and frees (here buffers of random sizes, kept
+    or not): the calls' tensors, allocated in the pool of their own (graphs.buffers), still
+    get the same blocks, so the calls are replayed over their own tensors, not over copies,
+    and give exactly what the plain loops give."""
+    code = f"""
+import os, random, sys, torch
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from pyroundlib import graphs, sequence
+from test_sequence import seq_args, ours, weighted_loss
+args = seq_args(17, 5, 6, 32, torch.bfloat16, "cuda")
+os.environ[sequence.PERSISTENT_ENV_VAR] = "0"
+os.environ[graphs.ENV_VAR] = "0"
+outs = ours(*args)
+want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
+del outs
+os.environ[graphs.ENV_VAR] = "1"
+rng, junk = random.Random(0), []
+for call in range(8):
+    outs = ours(*args)
+    got = (*outs, *torch.autograd.grad(weighted_loss(outs), args))
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    del outs, got
+    for _ in range(3):
+        junk.append(torch.empty(rng.randrange(1, 1 << 20), device="cuda"))
+    del junk[:rng.randrange(len(junk))]
+    if call >= 4:  # the last two graphs used: this call's forward and backward, over its own tensors
+        assert all(isinstance(g, torch.cuda.CUDAGraph) for g in list(graphs._graphs.values())[-2:]), graphs._graphs
+assert graphs._pools
+graphs.clear()
+assert not graphs._pools and not graphs._graphs
+print("OK")
+"""
+    run_python_ok(code)
 
 
 @requires_cuda
