@@ -67,8 +67,13 @@ def weighted_loss(outs):
 def check_against_reference(args, tol):
     """Outputs and gradients against the reference loop run in float64 on the same values;
     below float64 the tolerance scales with each tensor's largest value (a weight gradient
-    sums T*B rounded terms, in another order than the reference's)."""
+    sums T*B rounded terms, in another order than the reference's) and, in 16-bit types, with
+    the steps past 10: each step stores its state rounded to the dtype, and the gradient of
+    the first steps passes through every later one (at T = 40, ~3% of draws put one element of
+    d_input or output a little past the 10-step tolerance, in float16 and bfloat16 alike)."""
     low = args[0].dtype != torch.float64
+    if args[0].dtype in (torch.float16, torch.bfloat16) and args[0].shape[0] > 10:
+        tol = {key: value * args[0].shape[0] / 10 for key, value in tol.items()}
     ref_args = [a.detach().to(torch.float64).requires_grad_() for a in args]
     got, want = ours(*args), reference(*ref_args)
     grads = torch.autograd.grad(weighted_loss(got), args)
