@@ -62,10 +62,11 @@ _pools: dict = {}  # device index -> the MemPool of the calls' tensors there
 
 def buffers(t: torch.Tensor):
     """A context to allocate a call's tensors in (see the module): the pool of t's device,
-    where graphs are replayed and this torch has memory pools, and no capture is under way
-    (a capture allocates from its graph's pool); otherwise the caching allocator as usual."""
+    where graphs are replayed, this torch has memory pools, its allocator is the native
+    caching allocator (``cudaMallocAsync`` has no pools) and no capture is under way (a
+    capture allocates from its graph's pool); otherwise the allocator as usual."""
     if _use_mem_pool is None or _MemPool is None or not t.is_cuda or not enabled() \
-            or torch.cuda.is_current_stream_capturing():
+            or torch.cuda.get_allocator_backend() != "native" or torch.cuda.is_current_stream_capturing():
         return contextlib.nullcontext()
     index = t.get_device()
     with _lock:

@@ -363,6 +363,33 @@ def test_buffers_use_a_pool_only_where_graphs_replay(monkeypatch):
     graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     with torch.cuda.stream(side), torch.cuda.graph(graph):
         assert isinstance(graphs.buffers(x), contextlib.nullcontext)  # a capture allocates from its own pool
+    monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: "cudaMallocAsync")
+    assert isinstance(graphs.buffers(x), contextlib.nullcontext)  # no pools there
+
+
+@requires_cuda
+def test_step_by_step_route_under_the_cuda_malloc_async_allocator():
+    """With torch's other CUDA allocator (no memory pools) the step-by-step route allocates as
+    usual, and its graphs still replay what the plain loops give."""
+    code = f"""
+import os, sys, torch
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from pyroundlib import graphs, sequence
+from test_sequence import seq_args, ours, weighted_loss
+assert torch.cuda.get_allocator_backend() == "cudaMallocAsync"
+args = seq_args(9, 5, 6, 32, torch.float32, "cuda")
+os.environ[sequence.PERSISTENT_ENV_VAR] = "0"
+results = []
+for graphs_on in ("0", "1", "1", "1", "1"):
+    os.environ[graphs.ENV_VAR] = graphs_on
+    outs = ours(*args)
+    results.append([t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))])
+for got in results[1:]:
+    assert all(torch.equal(g, w) for g, w in zip(got, results[0]))
+assert not graphs._pools and graphs._graphs
+print("OK")
+"""
+    run_python_ok(code, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
 
 
 @requires_cuda
