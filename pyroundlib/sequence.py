@@ -449,9 +449,19 @@ def _backward(ctx, grad_output, grad_c_n, _grad_cells=None, _grad_gates=None):
                                                        gates)
 
 
-# The forward op is differentiable on its own too (in all five inputs, to any order).
-define_op("lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) "
-          "-> (Tensor, Tensor, Tensor, Tensor)", _forward_op, _forward_fake, backward=_backward, setup_context=_setup)
+# The forward op is differentiable on its own too (in all five inputs, to any order): what
+# torch.compile and export trace (_LLTMSequenceNoJvp), so an exported program records it
+# and stays differentiable.
+FORWARD_SCHEMA = "(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) -> (Tensor, Tensor, Tensor, Tensor)"
+define_op("lltm_sequence_forward" + FORWARD_SCHEMA, _forward_op, _forward_fake, backward=_backward,
+          setup_context=_setup)
+# The same op without an autograd formula, for LLTMSequenceFunction's forward in eager mode,
+# where the Function itself is the autograd node.  Through the differentiable op, each call
+# also ran torch.library's autograd wrapper, which redispatches below autograd: a second
+# round trip from the dispatcher into Python, ~85 us of a ~600 us small call on the H100
+# machine (benchmarks/NOTES.md).  Called with inputs that require grad under grad mode, it
+# has no derivative (torch's autograd fallback warns on backward): use the one above.
+define_op("lltm_sequence_forward_no_autograd" + FORWARD_SCHEMA, _forward_op, _forward_fake)
 
 
 # ---- the autograd Function -------------------------------------------------------------------------
@@ -477,12 +487,19 @@ class _LLTMSequenceNoJvp(torch.autograd.Function):
         return _vmap_sequence(_LLTMSequenceNoJvp, info, in_dims, input, weights, bias, h0, c0)
 
 
+@signature_once
 class LLTMSequenceFunction(_LLTMSequenceNoJvp):
     """The LLTM over a sequence as one autograd node: ``apply(input, weights, bias, h0, c0)
     -> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])``; the last two are
     what the backward needs (non-differentiable: torch.func requires a Function's saved
     intermediates to be outputs).  ``lltm_sequence`` checks the arguments and returns
-    ``(output, (h_n, c_n))``.  T >= 1."""
+    ``(output, (h_n, c_n))``.  T >= 1.  What eager mode applies: its forward calls the op
+    without an autograd formula (the Function is the node); under torch.compile and export
+    ``lltm_sequence`` applies _LLTMSequenceNoJvp, which records the differentiable op."""
+
+    @staticmethod
+    def forward(input, weights, bias, h0, c0):
+        return torch.ops.pyroundlib.lltm_sequence_forward_no_autograd(input, weights, bias, h0, c0)
 
     @staticmethod
     def setup_context(ctx, inputs, outputs) -> None:

@@ -265,11 +265,45 @@ def test_forward_op_is_differentiable_on_its_own():
     assert torch.autograd.gradgradcheck(lambda *a: torch.ops.pyroundlib.lltm_sequence_forward(*a)[:2], args)
 
 
+def test_eager_calls_run_the_forward_op_without_its_autograd_formula(device):
+    """In eager mode the autograd Function is the node: its forward calls the op that has no
+    autograd formula of its own (the differentiable one would wrap every call in torch's
+    autograd shim for nothing), and the gradients still match the reference."""
+    args = seq_args(3, 2, 3, 4, torch.float32, device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        got = ours(*args)
+    names = {event.name for event in profile.events()}
+    assert "pyroundlib::lltm_sequence_forward_no_autograd" in names
+    assert "pyroundlib::lltm_sequence_forward" not in names
+    want = reference(*args)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(weighted_loss(got), args),
+                               torch.autograd.grad(weighted_loss(want), args))
+
+
+def test_export_records_the_differentiable_op():
+    """An exported program calls the forward op that carries its autograd formula, so it can be
+    trained: its gradients match the eager layer's."""
+    layer = pyroundlib.LLTMLayer(4, 6, batch_first=True)
+    x = torch.randn(3, 5, 4)
+    program = torch.export.export(layer, (x,))
+    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert torch.ops.pyroundlib.lltm_sequence_forward.default in targets
+    assert torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default not in targets
+    exported = program.module()
+    x = torch.randn(3, 5, 4, requires_grad=True)
+    got, want = exported(x), layer(x)
+    torch.testing.assert_close(got, want)
+    grads = torch.autograd.grad(weighted_loss((got[0], *got[1])), [x, *exported.parameters()])
+    torch.testing.assert_close(grads, torch.autograd.grad(weighted_loss((want[0], *want[1])), [x, *layer.parameters()]))
+
+
 def test_export_save_load_in_a_fresh_process(tmp_path):
     layer = pyroundlib.LLTMLayer(4, 6, batch_first=True)
     x = torch.randn(3, 5, 4)
     program = torch.export.export(layer, (x,))
-    assert any("lltm_sequence_forward" in str(n.target) for n in program.graph.nodes if n.op == "call_function")
+    assert any(n.target == torch.ops.pyroundlib.lltm_sequence_forward.default
+               for n in program.graph.nodes if n.op == "call_function")
     path, data = str(tmp_path / "layer.pt2"), str(tmp_path / "data.pt")
     torch.export.save(program, path)
     x = torch.randn(3, 5, 4)
