@@ -20,18 +20,30 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 LIBRARY = torch.library.Library("pyroundlib", "DEF")
 
 
-def define_op(schema: str, kernel, fake, backward=None, setup_context=None) -> str:
+def define_op(schema: str, kernel, fake, backward=None, setup_context=None, eager_twin: bool = False) -> str:
     """Define ``pyroundlib::<schema>`` with ``kernel`` for CPU and CUDA tensors, ``fake`` for
     the rest and, when given, ``backward`` (+ ``setup_context``) as its autograd formula;
     returns the op's qualified name.  The ops are what torch.compile, export, TorchScript
-    and opcheck see."""
-    name = schema.split("(", 1)[0]
+    and opcheck see.
+
+    ``eager_twin``: also define ``pyroundlib::<name>_no_autograd``, the same kernel and fake
+    implementation without the formula, for an autograd Function's forward in eager mode.
+    There the Function is the autograd node, and calling the differentiable op would run
+    torch.library's autograd wrapper on every call for nothing: Python code that
+    redispatches below autograd, a second round trip from the dispatcher into Python (~85
+    us of a ~600 us small sequence call on the H100 machine; benchmarks/NOTES.md).  What
+    torch.compile and export trace keeps the differentiable op, so an exported program
+    records an op that can be trained.  Called directly with inputs that require grad under
+    grad mode, the twin has no derivative (torch's autograd fallback warns on backward)."""
+    name, signature = schema.split("(", 1)
     LIBRARY.define(schema)
     for device in ("CPU", "CUDA"):
         LIBRARY.impl(name, kernel, device)
     torch.library.register_fake(f"pyroundlib::{name}", fake, lib=LIBRARY)
     if backward is not None:
         torch.library.register_autograd(f"pyroundlib::{name}", backward, setup_context=setup_context, lib=LIBRARY)
+    if eager_twin:
+        define_op(f"{name}_no_autograd({signature}", kernel, fake)
     return f"pyroundlib::{name}"
 
 

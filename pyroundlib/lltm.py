@@ -158,7 +158,7 @@ def _lltm_forward_backward(ctx, grad_h, grad_cell):
 # the backward op is a kernel, not differentiated itself: _pointwise_backward calls it
 # only when no graph of the gradient is being built.
 define_op("lltm_forward(Tensor gates, Tensor old_cell) -> (Tensor, Tensor)", _lltm_forward_op, _lltm_forward_fake,
-          backward=_lltm_forward_backward, setup_context=_lltm_forward_setup)
+          backward=_lltm_forward_backward, setup_context=_lltm_forward_setup, eager_twin=True)
 define_op("lltm_backward(Tensor? grad_h, Tensor? grad_cell, Tensor gates, Tensor old_cell, bool bias=True) "
           "-> (Tensor, Tensor, Tensor)",
           _lltm_backward_op, _lltm_backward_fake)
@@ -196,14 +196,21 @@ class _LLTMPointwiseNoJvp(torch.autograd.Function):
         return _vmap_pointwise(_LLTMPointwiseNoJvp, info, in_dims, gates, old_cell)
 
 
+@signature_once
 class LLTMPointwiseFunction(_LLTMPointwiseNoJvp):
     """The cell's pointwise step as an autograd Function: ``apply(gates, old_cell) ->
     (new_h, new_cell)``, gates [B, 3S] = X @ W^T + b, old_cell [B, S] (the op checks them).
     ``lltm_cell`` computes ``gates`` in PyTorch and applies this: autograd differentiates
     the GEMM, this Function the pointwise part (native kernels, or their differentiable
     twins when a graph of the gradient is built).  Written the way torch.func needs:
-    ``setup_context``, a ``vmap`` rule (the batch folds into the rows) and ``jvp``.  Under
-    torch.compile, ``lltm_cell`` applies the same Function without ``jvp``."""
+    ``setup_context``, a ``vmap`` rule (the batch folds into the rows) and ``jvp``.  Its
+    forward calls ``pyroundlib::lltm_forward_no_autograd`` (the Function is the autograd
+    node); under torch.compile and export, ``lltm_cell`` applies the same Function without
+    ``jvp``, which records the differentiable ``pyroundlib::lltm_forward``."""
+
+    @staticmethod
+    def forward(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
+        return torch.ops.pyroundlib.lltm_forward_no_autograd(gates, old_cell)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:

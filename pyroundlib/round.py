@@ -7,10 +7,12 @@ the forward-mode derivative, and the second derivative is zero.
 Layers:
 - ``pyroundlib::round`` is a torch op (native kernel + fake implementation, so
   torch.compile and export trace it), differentiable as ``torch.round`` is (gradient zero).
-- ``RoundSTEFunction`` gives it the straight-through gradient; it is written for torch.func
-  (``setup_context``, a ``vmap`` rule, and in eager mode a ``jvp``).
 - ``pyroundlib::round_ste`` is the same kernel as an op whose registered gradient is the
-  straight-through one: what TorchScript (``torch.jit.script`` / ``trace``) calls.
+  straight-through one: what TorchScript (``torch.jit.script`` / ``trace``), torch.compile
+  and export record.  ``pyroundlib::round_ste_no_autograd``, the kernel without a formula,
+  is what ``RoundSTEFunction`` calls in eager mode (the Function is the autograd node).
+- ``RoundSTEFunction`` gives the round the straight-through gradient; it is written for
+  torch.func (``setup_context``, a ``vmap`` rule, and in eager mode a ``jvp``).
 - ``round_ste`` checks its argument and picks the route; ``RoundSTE`` is the module.
 """
 import torch
@@ -43,17 +45,18 @@ def _straight_through(ctx, grad: Tensor) -> Tensor:
 
 
 define_op("round(Tensor x) -> Tensor", _round_op, _round_fake, backward=_zero_gradient)
-define_op("round_ste(Tensor x) -> Tensor", _round_op, _round_fake, backward=_straight_through)
+define_op("round_ste(Tensor x) -> Tensor", _round_op, _round_fake, backward=_straight_through, eager_twin=True)
 
 
 @signature_once
 class _RoundSTENoJvp(torch.autograd.Function):
-    """RoundSTEFunction without its forward-mode derivative: what torch.compile traces
-    (Dynamo refuses a Function that defines ``jvp``)."""
+    """RoundSTEFunction without its forward-mode derivative: what torch.compile and export
+    trace (Dynamo refuses a Function that defines ``jvp``).  Its forward records the op
+    with the straight-through formula, so an exported program trains as eager does."""
 
     @staticmethod
     def forward(x: Tensor) -> Tensor:
-        return torch.ops.pyroundlib.round(x)
+        return torch.ops.pyroundlib.round_ste(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -68,6 +71,7 @@ class _RoundSTENoJvp(torch.autograd.Function):
         return _RoundSTENoJvp.apply(x), in_dims[0]
 
 
+@signature_once
 class RoundSTEFunction(_RoundSTENoJvp):
     """``RoundSTEFunction.apply(x)``: round half to even in the forward pass (a new tensor
     of x's shape and dtype), the identity in the backward (the incoming gradient itself)
@@ -76,7 +80,13 @@ class RoundSTEFunction(_RoundSTENoJvp):
 
     Written the way torch.func needs: ``forward`` without ``ctx`` plus ``setup_context``,
     a ``vmap`` rule (rounding is elementwise: the batched tensor is rounded as a whole) and
-    ``jvp``.  Under torch.compile, ``round_ste`` applies the same Function without ``jvp``."""
+    ``jvp``.  Its forward calls ``pyroundlib::round_ste_no_autograd``: the Function is the
+    autograd node.  Under torch.compile and export, ``round_ste`` applies the same Function
+    without ``jvp``, which records ``pyroundlib::round_ste``."""
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        return torch.ops.pyroundlib.round_ste_no_autograd(x)
 
     @staticmethod
     def jvp(ctx, x_tangent: Tensor) -> Tensor:

@@ -450,18 +450,11 @@ def _backward(ctx, grad_output, grad_c_n, _grad_cells=None, _grad_gates=None):
 
 
 # The forward op is differentiable on its own too (in all five inputs, to any order): what
-# torch.compile and export trace (_LLTMSequenceNoJvp), so an exported program records it
-# and stays differentiable.
-FORWARD_SCHEMA = "(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) -> (Tensor, Tensor, Tensor, Tensor)"
-define_op("lltm_sequence_forward" + FORWARD_SCHEMA, _forward_op, _forward_fake, backward=_backward,
-          setup_context=_setup)
-# The same op without an autograd formula, for LLTMSequenceFunction's forward in eager mode,
-# where the Function itself is the autograd node.  Through the differentiable op, each call
-# also ran torch.library's autograd wrapper, which redispatches below autograd: a second
-# round trip from the dispatcher into Python, ~85 us of a ~600 us small call on the H100
-# machine (benchmarks/NOTES.md).  Called with inputs that require grad under grad mode, it
-# has no derivative (torch's autograd fallback warns on backward): use the one above.
-define_op("lltm_sequence_forward_no_autograd" + FORWARD_SCHEMA, _forward_op, _forward_fake)
+# torch.compile and export trace (_LLTMSequenceNoJvp), so an exported program records it and
+# can be trained.  LLTMSequenceFunction calls its twin without the formula (define_op).
+define_op("lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) "
+          "-> (Tensor, Tensor, Tensor, Tensor)", _forward_op, _forward_fake, backward=_backward, setup_context=_setup,
+          eager_twin=True)
 
 
 # ---- the autograd Function -------------------------------------------------------------------------

@@ -230,6 +230,7 @@ def test_opcheck_lltm_ops(device, dtype):
     torch.library.opcheck(torch.ops.pyroundlib.lltm_forward.default, (gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_forward.default,
                           (gates.clone().requires_grad_(), old_cell.clone().requires_grad_()))
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_forward_no_autograd.default, (gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (None, grad, gates, old_cell))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_backward.default, (grad, None, gates, old_cell))

@@ -253,6 +253,7 @@ def test_opcheck(device, dtype):
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward.default, args)
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward.default,
                           [a.clone().requires_grad_() for a in args])
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default, args)
     output, c_n, cells, gates = torch.ops.pyroundlib.lltm_sequence_forward(*args)
     grads = (torch.randn_like(output), torch.randn_like(c_n))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_backward.default,

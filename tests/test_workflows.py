@@ -278,6 +278,25 @@ def test_export_save_load_in_a_fresh_process(device, tmp_path):
     run_saved_in_fresh_process(model, device, str(tmp_path / "data.pt"), f"torch.export.load({path!r}).module()")
 
 
+def test_exported_program_trains_as_eager(device):
+    """An exported program records the ops that carry their autograd formulas (the straight-
+    through round, the differentiable pointwise step), never their eager twins without one:
+    its gradients match the eager model's (a zero-gradient round would give zeros here)."""
+    model = Model().to(device)
+    program = torch.export.export(model, model_inputs(device))
+    ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert {"pyroundlib.round_ste.default", "pyroundlib.lltm_forward.default"} <= ops, ops
+    assert not any("no_autograd" in op for op in ops), ops
+    exported = program.module()
+    inputs = [t.requires_grad_() for t in model_inputs(device)]
+    got, want = exported(*inputs), model(*inputs)
+    torch.testing.assert_close(got, want)
+    grads = torch.autograd.grad(got[0].sum() + got[1].sum(), inputs + list(exported.parameters()))
+    want_grads = torch.autograd.grad(want[0].sum() + want[1].sum(), inputs + list(model.parameters()))
+    assert any(g.abs().sum() > 0 for g in want_grads[:1])
+    torch.testing.assert_close(grads, want_grads)
+
+
 def test_torchscript_script(device, tmp_path):
     """torch.jit.script compiles both modules to the registered ops; gradients as eager;
     the saved module loads and runs in a fresh process that imports pyroundlib."""
