@@ -5,8 +5,8 @@ Backward: the identity (the incoming gradient is returned as is, no kernel runs)
 the forward-mode derivative, and the second derivative is zero.
 
 Layers:
-- ``pyroundlib::round`` is a torch op (native kernel + fake implementation, so
-  torch.compile and export trace it), differentiable as ``torch.round`` is (gradient zero).
+- ``pyroundlib::round`` is a torch op (native kernel + fake implementation),
+  differentiable as ``torch.round`` is (gradient zero).
 - ``pyroundlib::round_ste`` is the same kernel as an op whose registered gradient is the
   straight-through one: what TorchScript (``torch.jit.script`` / ``trace``), torch.compile
   and export record.  ``pyroundlib::round_ste_no_autograd``, the kernel without a formula,
