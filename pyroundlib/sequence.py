@@ -290,10 +290,20 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
     state = h0.shape[1]
     rows = d_gates.view(steps * batch, 3 * state)
     torch.mm(rows, weights[:, state:], out=d_input.view(steps * batch, features))
-    # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps, one product (one
-    # [T*B, S+I] copy of what the steps read measured faster than two column-block products)
-    x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
-    torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
+    # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps
+    if d_gates.is_cuda:
+        # three products straight into d_weights' column blocks (cuBLAS writes a block with
+        # the row stride S+I): at (100, 256, 512, 1024) on an H100 the three gradients took 543
+        # against 602 us in bfloat16, 6.57 against 6.83 ms in float32 through a [T*B, S+I]
+        # concatenation
+        torch.mm(rows[batch:].t(), output[:-1].view((steps - 1) * batch, state), out=d_weights[:, :state])
+        d_weights[:, :state].addmm_(d_gates[0].t(), h0)
+        torch.mm(rows.t(), input.view(steps * batch, features), out=d_weights[:, state:])
+    else:
+        # one product over a [T*B, S+I] copy of what the steps read: on the CPU faster than
+        # column-block products (78 against 125 us at T = 8, B = 32)
+        x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
+        torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
     torch.sum(rows, dim=0, out=d_bias)
 
 

@@ -9,6 +9,10 @@
 #include "cuda_common.cuh"
 #include "lltm.h"
 
+#ifndef PRL_POINTWISE_MIN_THREADS
+#define PRL_POINTWISE_MIN_THREADS (int64_t(1) << 17)
+#endif
+
 namespace {
 
 template <typename T, int V, typename I>
@@ -98,16 +102,35 @@ bool indices_fit_32bit(int64_t batch, int64_t state) {
     return 3 * batch * state < (int64_t(1) << 32) - (int64_t(1) << 29);
 }
 
+// The pointwise kernels' vector width.  16-byte accesses (V = 16 / sizeof(T)) move the most
+// bytes per instruction, but each thread then computes V cells' activations one after the
+// other, and a [batch, state] cell of a few hundred thousand elements gives the GPU only a few
+// warps per multiprocessor: at (256, 1024) in bfloat16, V = 8 is 32768 threads, 12%
+// occupancy, and the kernel waits on its own arithmetic (H100, in a CUDA graph: 3.4 us
+// forward, 4.5 us backward, against 1.5 us for a copy of the gates).  So V halves until
+// the launch has at least kPointwiseMinThreads threads (or V = 1); large cells keep 16-byte
+// accesses, which there measured faster (benchmarks/NOTES.md).
+constexpr int64_t kPointwiseMinThreads = PRL_POINTWISE_MIN_THREADS;
+
+template <typename T, typename I, typename Launch>
+void launch_with_width(int vec, int64_t n, Launch &&launch) {
+    if constexpr (prl::kVec16<T> >= 8) {
+        if (vec == 8) return launch(kernel_tag<8, I>{}, n / 8);
+    }
+    if constexpr (prl::kVec16<T> >= 4) {
+        if (vec == 4) return launch(kernel_tag<4, I>{}, n / 4);
+    }
+    if (vec == 2) return launch(kernel_tag<2, I>{}, n / 2);
+    launch(kernel_tag<1, I>{}, n);
+}
+
 template <typename T, typename Launch>
 void dispatch_lltm(int64_t batch, int64_t state, bool all_aligned, Launch &&launch) {
-    constexpr int V = prl::kVec16<T>;
-    const bool vectorise = all_aligned && state % V == 0;
-    const int64_t groups = batch * state / (vectorise ? V : 1);
-    const bool small = indices_fit_32bit(batch, state);
-    if (vectorise && small) launch(kernel_tag<V, uint32_t>{}, groups);
-    else if (vectorise) launch(kernel_tag<V, int64_t>{}, groups);
-    else if (small) launch(kernel_tag<1, uint32_t>{}, groups);
-    else launch(kernel_tag<1, int64_t>{}, groups);
+    const int64_t n = batch * state;
+    int vec = all_aligned && state % prl::kVec16<T> == 0 ? prl::kVec16<T> : 1;
+    while (vec > 1 && n / vec < kPointwiseMinThreads) vec /= 2;
+    if (indices_fit_32bit(batch, state)) launch_with_width<T, uint32_t>(vec, n, launch);
+    else launch_with_width<T, int64_t>(vec, n, launch);
 }
 
 bool all_aligned16(std::initializer_list<const void *> pointers) {
