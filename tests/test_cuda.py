@@ -152,3 +152,36 @@ def test_lltm_64_bit_indexing():
     edg, edc, _ = torch.ops.pyroundlib.lltm_backward(None, old_cell[tail].clone(), gates[tail].clone(),
                                                   old_cell[tail].clone())
     assert torch.equal(dg[tail], edg) and torch.equal(dc[tail], edc)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("batch", [3, 64, 256, 512, 1024])
+def test_pointwise_kernels_at_every_vector_width(dtype, batch):
+    """The pointwise kernels take 1 to 16 / sizeof(dtype) columns a thread, fewer where a
+    launch would have few threads: with state 1024, batch 3 and 64 run one column a thread,
+    256, 512 and 1024 two, four and eight (as far as 16 bytes allow).  Every width: every
+    element written and equal to the float64 math on the same (rounded) inputs."""
+    from pyroundlib import _common
+    state, code = 1024, _common.DTYPE_CODES[dtype]
+    gates = (torch.randn(batch, 3 * state, device="cuda") * 2).to(dtype)
+    old_cell, grad_h, grad_cell = (torch.randn(batch, state, device="cuda").to(dtype) for _ in range(3))
+    new_h, new_cell, d_cell = (torch.full_like(old_cell, float("nan")) for _ in range(3))
+    d_gates = torch.full_like(gates, float("nan"))
+    _common.Kernel("lltm_forward")(gates, gates.data_ptr(), old_cell.data_ptr(), new_h.data_ptr(),
+                                   new_cell.data_ptr(), batch, state, code)
+    _common.Kernel("lltm_backward")(gates, grad_h.data_ptr(), grad_cell.data_ptr(), gates.data_ptr(),
+                                    old_cell.data_ptr(), d_gates.data_ptr(), d_cell.data_ptr(), None, batch, state,
+                                    code)
+    g64, c64 = gates.double().requires_grad_(), old_cell.double().requires_grad_()
+    i, o, z = g64.chunk(3, dim=1)
+    rc = c64 + torch.nn.functional.elu(z) * torch.sigmoid(i)
+    rh = torch.tanh(rc) * torch.sigmoid(o)
+    rdg, rdc = torch.autograd.grad((rh, rc), (g64, c64), (grad_h.double(), grad_cell.double()))
+    # 16-bit: one rounding of the float result (half an ulp) and float's own error
+    eps = torch.finfo(dtype).eps
+    close = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=1e-5)}.get(
+        dtype, dict(rtol=eps, atol=eps))
+    for name, got, want in (("new_h", new_h, rh), ("new_cell", new_cell, rc), ("d_gates", d_gates, rdg),
+                            ("d_old_cell", d_cell, rdc)):
+        assert not torch.isnan(got).any(), f"{name}: elements not written"
+        torch.testing.assert_close(got.double(), want.detach(), **close, msg=lambda m: f"{name}: {m}")
