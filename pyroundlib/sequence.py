@@ -286,69 +286,32 @@ def _backward_fused(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tens
 def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0: Tensor, output: Tensor,
                             d_input: Tensor, d_weights: Tensor, d_bias: Tensor) -> None:
     """The input, weight and bias gradients of all steps at once, from d_gates [T, B, 3S]."""
-    if d_gates.is_cuda:
-        _gradients_of_steps(0, input.shape[0], d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
-        return
     steps, batch, features = input.shape
     state = h0.shape[1]
     rows = d_gates.view(steps * batch, 3 * state)
     torch.mm(rows, weights[:, state:], out=d_input.view(steps * batch, features))
-    # the weight gradient d_gates^T @ [h_{t-1}, x_t] as one product over a [T*B, S+I] copy of
-    # what the steps read: on the CPU faster than column-block products (78 against 125 us
-    # at T = 8, B = 32)
-    x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
-    torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
+    # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps
+    if d_gates.is_cuda:
+        # three products straight into d_weights' column blocks (cuBLAS writes a block with
+        # the row stride S+I): at (100, 256, 512, 1024) on an H100 the three gradients took 543
+        # against 602 us in bfloat16, 6.57 against 6.83 ms in float32 through a [T*B, S+I]
+        # concatenation
+        torch.mm(rows[batch:].t(), output[:-1].view((steps - 1) * batch, state), out=d_weights[:, :state])
+        d_weights[:, :state].addmm_(d_gates[0].t(), h0)
+        torch.mm(rows.t(), input.view(steps * batch, features), out=d_weights[:, state:])
+    else:
+        # one product over a [T*B, S+I] copy of what the steps read: on the CPU faster than
+        # column-block products (78 against 125 us at T = 8, B = 32)
+        x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
+        torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
     torch.sum(rows, dim=0, out=d_bias)
-
-
-def _gradients_of_steps(first: int, end: int, d_gates: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
-                        output: Tensor, d_input: Tensor, d_weights: Tensor, d_bias: Tensor) -> None:
-    """Steps first..end-1's part of the input, weight and bias gradients (CUDA): their rows
-    of d_input; d_weights and d_bias written when end is the last step, else added to.
-    The weight gradient d_gates^T @ [h_{t-1}, x_t] as products straight into d_weights'
-    column blocks (cuBLAS writes a block with the row stride S+I): at (100, 256, 512, 1024)
-    on an H100 the three gradients took 543 against 602 us in bfloat16, 6.57 against 6.83
-    ms in float32 through a [T*B, S+I] concatenation."""
-    state, batch = h0.shape[1], input.shape[1]
-    overwrite = end == input.shape[0]
-    rows = d_gates[first:end].flatten(0, 1)
-    torch.mm(rows, weights[:, state:], out=d_input[first:end].flatten(0, 1))
-    d_w_h, d_w_x = d_weights[:, :state], d_weights[:, state:]
-    after_first = max(first, 1)  # h_{t-1} of step 0 is h0
-    _product(d_w_h, d_gates[after_first:end].flatten(0, 1).t(), output[after_first - 1:end - 1].flatten(0, 1),
-             overwrite)
-    if first == 0:
-        d_w_h.addmm_(d_gates[0].t(), h0)
-    _product(d_w_x, rows.t(), input[first:end].flatten(0, 1), overwrite)
-    if overwrite:
-        torch.sum(rows, dim=0, out=d_bias)
-    else:
-        d_bias.add_(rows.sum(dim=0))
-
-
-def _product(out: Tensor, a: Tensor, b: Tensor, overwrite: bool) -> None:
-    """out = a @ b (overwrite) or out += a @ b."""
-    if overwrite:
-        torch.mm(a, b, out=out)
-    else:
-        out.addmm_(a, b)
-
-
-# On CUDA the backward's products over all steps need only the d_gates of their steps, and
-# the reverse loop's per-step products ([B, 3S] x [3S, S]) leave most of the GPU idle (at
-# (B, S) = (256, 1024): 16 thread blocks of cuBLAS's on 132 multiprocessors).  So from
-# OVERLAP_MIN_STEPS steps on they run in OVERLAP_CHUNKS chunks of steps on a second stream,
-# each chunk's as soon as the loop has passed it, the last one after the loop.
-OVERLAP_MIN_STEPS = 16
-OVERLAP_CHUNKS = 4
 
 
 def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
                    c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_input: Tensor, d_weights: Tensor,
                    d_bias: Tensor, d_h0: Tensor, d_c0: Tensor) -> None:
     """Fills the five gradients (T >= 1): the reverse loop, one pointwise kernel and one
-    product per step, and the input, weight and bias gradients over chunks of steps or all
-    steps at once."""
+    product per step, then the input, weight and bias gradients of all steps at once."""
     steps, batch, features = input.shape
     state = h0.shape[1]
     code = DTYPE_CODES[input.dtype]
@@ -363,12 +326,6 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
     # d_cell ping-pongs between two buffers (a kernel's input and output must not overlap);
     # the last step writes d_c0 itself
     d_cell = [grad_c_n.clone(), torch.empty_like(d_c0)]
-    grads = (d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
-    side = chunk = None
-    if input.is_cuda and steps >= OVERLAP_MIN_STEPS:
-        main, side = torch.cuda.current_stream(input.device), torch.cuda.Stream(input.device)
-        chunk = -(-steps // OVERLAP_CHUNKS)
-    done = steps  # steps done.. have their products under way
     for t in range(steps - 1, -1, -1):
         d_cell_out = d_c0 if t == 0 else d_cell[1]
         _backward_kernel(input, h_ptr[t], d_cell[0].data_ptr(), g_ptr[t], c_ptr[t], dg_ptr[t], d_cell_out.data_ptr(),
@@ -376,17 +333,8 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
         if t:
             d_h_steps[t - 1].addmm_(dg[t], w_h)
         d_cell.reverse()
-        if side is not None and t and done - t == chunk:
-            side.wait_stream(main)  # after step t's d_gates
-            with torch.cuda.stream(side):
-                _gradients_of_steps(t, done, *grads)
-            done = t
     torch.mm(dg[0], w_h, out=d_h0)
-    if side is None:
-        _gradients_of_all_steps(*grads)
-        return
-    main.wait_stream(side)  # the chunks' accumulations first; and nothing of the call outlives it on the side
-    _gradients_of_steps(0, done, *grads)
+    _gradients_of_all_steps(d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
 
 
 # ---- the ops -------------------------------------------------------------------------------------

@@ -368,50 +368,12 @@ def test_inside_a_users_cuda_graph():
 
 
 @requires_cuda
-@pytest.mark.parametrize("graphs_on", ["1", "0"])
-@pytest.mark.parametrize("steps", [16, 17, 41])
-def test_backward_products_overlap_the_loop(monkeypatch, steps, graphs_on):
-    """From OVERLAP_MIN_STEPS steps on, the step-by-step backward forms the input, weight
-    and bias gradients in chunks of steps, all but the last on a second stream beside the
-    loop: the chunks cover every step once, the results match the reference and repeat bit
-    for bit, also when the caller runs on a busy stream of its own."""
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
-    monkeypatch.setenv(graphs.ENV_VAR, graphs_on)
-    assert steps >= sequence.OVERLAP_MIN_STEPS
-    chunks, plain = [], sequence._gradients_of_steps
-
-    def spy(first, end, *rest):
-        chunks.append((first, end, torch.cuda.current_stream().stream_id))
-        plain(first, end, *rest)
-
-    monkeypatch.setattr(sequence, "_gradients_of_steps", spy)
-    args = seq_args(steps, 6, 5, 32, torch.float32, "cuda")
-    check_against_reference(args, TOLERANCES[torch.float32])
-    first = chunks[:sequence.OVERLAP_CHUNKS]
-    assert sorted(step for a, b, _ in first for step in range(a, b)) == list(range(steps))
-    main = torch.cuda.current_stream().stream_id
-    assert [stream == main for _, _, stream in first] == [False] * (len(first) - 1) + [True]
-    check_repeatable(args)
-    want = ours(*args)
-    want = (*want, *torch.autograd.grad(weighted_loss(want), args))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(1_000_000)  # a busy stream: work on the caller's stream that raced would show
-        got = ours(*args)
-        got = (*got, *torch.autograd.grad(weighted_loss(got), args))
-    torch.cuda.current_stream().wait_stream(side)
-    for g, w in zip(got, want):
-        assert torch.equal(g, w)
-
-
-@requires_cuda
-def test_training_step_with_overlapped_products_in_a_users_cuda_graph(monkeypatch):
-    """A whole training step over a long sequence, step by step, captured into the caller's
-    CUDA graph (the second stream forks from and joins the capture) and replayed."""
+def test_training_step_in_a_users_cuda_graph(monkeypatch):
+    """A whole training step over a sequence, step by step (forward and backward loops,
+    the products of all steps), captured into the caller's CUDA graph and replayed."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
     layer = pyroundlib.LLTMLayer(8, 16, device="cuda")
-    static_x = torch.randn(sequence.OVERLAP_MIN_STEPS + 3, 4, 8, device="cuda")
+    static_x = torch.randn(19, 4, 8, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
