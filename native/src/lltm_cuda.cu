@@ -1,17 +1,14 @@
 // lltm_cuda.cu - prl_lltm_forward_cuda, prl_lltm_backward_cuda.
 //
 // The grid-stride loop runs over groups of V consecutive columns of the [batch, state]
-// cell: V = 16 / sizeof(T) (one 16-byte access per operand) when state is a multiple
-// of V and every buffer is 16-byte aligned, else V = 1.  The row/column split costs a
-// division per group: 32-bit when every index fits (the usual case), else 64-bit.
+// cell: up to V = 16 / sizeof(T) (one 16-byte access per operand) when state is a
+// multiple of that and every buffer is 16-byte aligned, fewer where a launch would have
+// few threads (dispatch_lltm), else V = 1.  The row/column split costs a division per
+// group: 32-bit when every index fits (the usual case), else 64-bit.
 #include <limits>
 
 #include "cuda_common.cuh"
 #include "lltm.h"
-
-#ifndef PRL_POINTWISE_MIN_THREADS
-#define PRL_POINTWISE_MIN_THREADS (int64_t(1) << 17)
-#endif
 
 namespace {
 
@@ -106,11 +103,12 @@ bool indices_fit_32bit(int64_t batch, int64_t state) {
 // bytes per instruction, but each thread then computes V cells' activations one after the
 // other, and a [batch, state] cell of a few hundred thousand elements gives the GPU only a few
 // warps per multiprocessor: at (256, 1024) in bfloat16, V = 8 is 32768 threads, 12%
-// occupancy, and the kernel waits on its own arithmetic (H100, in a CUDA graph: 3.4 us
-// forward, 4.5 us backward, against 1.5 us for a copy of the gates).  So V halves until
-// the launch has at least kPointwiseMinThreads threads (or V = 1); large cells keep 16-byte
-// accesses, which there measured faster (benchmarks/NOTES.md).
-constexpr int64_t kPointwiseMinThreads = PRL_POINTWISE_MIN_THREADS;
+// occupancy, and the kernel waits on its own arithmetic (H100, in a CUDA graph: 3.6 us
+// forward, 4.7 us backward, against 1.7 us for a copy of the gates; 2.7 / 3.2 us at 2^17
+// threads).  So V halves until the launch has at least kPointwiseMinThreads threads (or
+// V = 1); large cells keep 16-byte accesses, which there measured faster (2^16 to 2^18
+// and always V = 1 measured: benchmarks/NOTES.md).
+constexpr int64_t kPointwiseMinThreads = int64_t(1) << 17;
 
 template <typename T, typename I, typename Launch>
 void launch_with_width(int vec, int64_t n, Launch &&launch) {
