@@ -722,6 +722,8 @@ def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
         lib.prl_lltm_sequence_persistent_forward_cuda(1, 1, 1, 1, 1, 1, 1, 1, None, 1, 4096, 8, 8192, 0, 0, None)
     with pytest.raises(pyroundlib.InvalidArgumentError, match="'features'"):
         lib.prl_lltm_sequence_persistent_forward_cuda(1, 1, 1, 1, 1, 1, 1, 1, None, 1, 4, -1, 8, 0, 0, None)
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="argument 'weights' is NULL"):
+        lib.prl_lltm_sequence_persistent_forward_cuda(1, None, 1, 1, 1, 1, 1, 1, None, 1, 4, 8, 8, 0, 0, None)
     torch.cuda.synchronize()  # nothing was launched over those pointers
 
 

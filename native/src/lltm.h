@@ -128,13 +128,16 @@ inline prl_status check_sequence_sizes(const char *fn, int64_t steps, int64_t ba
 }
 
 // The sizes and buffers of a whole-sequence forward / backward (CPU and CUDA alike).
+// w_name: what the entry point calls its weights argument ("w_h", or "weights" where it
+// takes the whole [3S, S+I] matrix).
 inline prl_status check_sequence_forward_args(const char *fn, const void *gates, const void *w_h, int64_t ldw,
                                               const void *h0, const void *c0, const void *output, const void *cells,
-                                              int64_t steps, int64_t batch, int64_t state) {
+                                              int64_t steps, int64_t batch, int64_t state,
+                                              const char *w_name = "w_h") {
     PRL_TRY(check_sequence_sizes(fn, steps, batch, state, ldw));
     const int64_t all = steps * batch * state;
     PRL_TRY(check_pointer(fn, "gates", gates, all));
-    PRL_TRY(check_pointer(fn, "w_h", w_h, all));
+    PRL_TRY(check_pointer(fn, w_name, w_h, all));
     PRL_TRY(check_pointer(fn, "h0", h0, all));
     PRL_TRY(check_pointer(fn, "c0", c0, all));
     PRL_TRY(check_pointer(fn, "output", output, all));

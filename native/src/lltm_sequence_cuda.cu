@@ -533,7 +533,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_persistent_forward_cuda(
     const char *fn = __func__;
     PRL_TRY(prl::check_count(fn, "features", features));
     const int64_t ldw = state + features;
-    PRL_TRY(prl::check_sequence_forward_args(fn, gates, weights, ldw, h0, c0, output, cells, steps, batch, state));
+    PRL_TRY(prl::check_sequence_forward_args(fn, gates, weights, ldw, h0, c0, output, cells, steps, batch, state,
+                                              "weights"));
     const int64_t rows = steps * batch, all = rows * state;
     PRL_TRY(prl::check_pointer(fn, "input", input, rows * features));
     PRL_TRY(prl::check_pointer(fn, "bias", bias, all));
