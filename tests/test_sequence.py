@@ -345,20 +345,27 @@ def test_side_stream(monkeypatch, graphs_on):
     torch.testing.assert_close(got, want)
 
 
+def capture_after_warm_up(call):
+    """Run ``call`` twice on a side stream (the warm-up ``torch.cuda.graph`` asks for), then
+    capture it into a new CUDA graph: ``(graph, what the captured call returned)``."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = call()
+    return graph, result
+
+
 @requires_cuda
 def test_inside_a_users_cuda_graph():
     """Under the caller's capture the loops are captured into that graph (no graph of ours)."""
     layer = pyroundlib.LLTMLayer(8, 16, device="cuda")
     static_x = torch.randn(5, 4, 8, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            layer(static_x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out, (static_h, static_c) = layer(static_x)
+    graph, (static_out, (static_h, static_c)) = capture_after_warm_up(lambda: layer(static_x))
     for _ in range(3):
         static_x.copy_(torch.randn(5, 4, 8, device="cuda"))
         graph.replay()
@@ -374,18 +381,14 @@ def test_training_step_in_a_users_cuda_graph(monkeypatch):
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
     layer = pyroundlib.LLTMLayer(8, 16, device="cuda")
     static_x = torch.randn(19, 4, 8, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            layer.zero_grad(set_to_none=True)
-            layer(static_x)[0].square().sum().backward()
-    torch.cuda.current_stream().wait_stream(side)
-    layer.zero_grad(set_to_none=True)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_loss = layer(static_x)[0].square().sum()
-        static_loss.backward()
+
+    def step():
+        layer.zero_grad(set_to_none=True)  # the captured backward allocates .grad in the graph's pool
+        loss = layer(static_x)[0].square().sum()
+        loss.backward()
+        return loss
+
+    graph, static_loss = capture_after_warm_up(step)
     for _ in range(2):
         static_x.copy_(torch.randn_like(static_x))
         graph.replay()
