@@ -109,11 +109,15 @@ def signature_once(function_class):
     return function_class
 
 
-def function_for(traced, eager):
-    """The autograd.Function to apply: ``eager``, which adds a forward-mode derivative
-    (``jvp``) to ``traced``, except while torch.compile traces (Dynamo refuses a Function
-    that defines ``jvp``, so compiled code gets the same Function without it)."""
-    return traced if torch.compiler.is_compiling() else eager
+def function_for(op, eager):
+    """What to call: ``eager.apply`` (the autograd Function: its own node, ``jvp`` and
+    ``vmap``), except while torch.compile, export or ``torch.jit.trace`` traces, where the
+    differentiable op ``op`` itself (its registered autograd formula) is what gets recorded,
+    as one node.  Dynamo refuses a Function that defines ``jvp``; strict export runs a
+    Function's forward with grad mode off (torch 2.13: the exported program's outputs would
+    not be differentiable); ``jit.trace`` records a Function as a PythonOp, which a saved
+    trace cannot replay.  So compiled, exported and traced programs train as eager does."""
+    return op if torch.compiler.is_compiling() or torch.jit.is_tracing() else eager.apply
 
 
 # autocast casts these (not float64), as it does for the ops it runs in lower precision

@@ -49,30 +49,7 @@ define_op("round_ste(Tensor x) -> Tensor", _round_op, _round_fake, backward=_str
 
 
 @signature_once
-class _RoundSTENoJvp(torch.autograd.Function):
-    """RoundSTEFunction without its forward-mode derivative: what torch.compile and export
-    trace (Dynamo refuses a Function that defines ``jvp``).  Its forward records the op
-    with the straight-through formula, so an exported program trains as eager does."""
-
-    @staticmethod
-    def forward(x: Tensor) -> Tensor:
-        return torch.ops.pyroundlib.round_ste(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        pass  # the backward needs nothing
-
-    @staticmethod
-    def backward(ctx, grad_output: Tensor) -> Tensor:
-        return grad_output
-
-    @staticmethod
-    def vmap(info, in_dims, x):
-        return _RoundSTENoJvp.apply(x), in_dims[0]
-
-
-@signature_once
-class RoundSTEFunction(_RoundSTENoJvp):
+class RoundSTEFunction(torch.autograd.Function):
     """``RoundSTEFunction.apply(x)``: round half to even in the forward pass (a new tensor
     of x's shape and dtype), the identity in the backward (the incoming gradient itself)
     and in forward mode.  x: float32/float64/float16/bfloat16 on CPU or CUDA (the op
@@ -81,12 +58,20 @@ class RoundSTEFunction(_RoundSTENoJvp):
     Written the way torch.func needs: ``forward`` without ``ctx`` plus ``setup_context``,
     a ``vmap`` rule (rounding is elementwise: the batched tensor is rounded as a whole) and
     ``jvp``.  Its forward calls ``pyroundlib::round_ste_no_autograd``: the Function is the
-    autograd node.  Under torch.compile and export, ``round_ste`` applies the same Function
-    without ``jvp``, which records ``pyroundlib::round_ste``."""
+    autograd node.  Under torch.compile and export, ``round_ste`` calls the op
+    ``pyroundlib::round_ste``, whose registered formula is the same straight-through one."""
 
     @staticmethod
     def forward(x: Tensor) -> Tensor:
         return torch.ops.pyroundlib.round_ste_no_autograd(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass  # the backward needs nothing
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> Tensor:
+        return grad_output
 
     @staticmethod
     def jvp(ctx, x_tangent: Tensor) -> Tensor:
@@ -105,10 +90,8 @@ def round_ste(x: Tensor) -> Tensor:
     backward too: the second derivative is zero), torch.func (grad, vmap, jacrev, jvp,
     jacfwd), autocast (x keeps its dtype), torch.compile, export and TorchScript.
     """
-    if torch.jit.is_tracing():
-        return torch.ops.pyroundlib.round_ste(x)  # a PythonOp would not replay: record the op
     check_tensor("x", x)  # raises for bad input, naming x
-    return function_for(_RoundSTENoJvp, RoundSTEFunction).apply(x)
+    return function_for(torch.ops.pyroundlib.round_ste.default, RoundSTEFunction)(x)
 
 
 class RoundSTE(torch.nn.Module):

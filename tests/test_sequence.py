@@ -282,12 +282,13 @@ def test_eager_calls_run_the_forward_op_without_its_autograd_formula(device):
                                torch.autograd.grad(weighted_loss(want), args))
 
 
-def test_export_records_the_differentiable_op():
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_export_records_the_differentiable_op(strict):
     """An exported program calls the forward op that carries its autograd formula, so it can be
-    trained: its gradients match the eager layer's."""
+    trained: its gradients match the eager layer's (strict export too)."""
     layer = pyroundlib.LLTMLayer(4, 6, batch_first=True)
     x = torch.randn(3, 5, 4)
-    program = torch.export.export(layer, (x,))
+    program = torch.export.export(layer, (x,), strict=strict)
     targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
     assert torch.ops.pyroundlib.lltm_sequence_forward.default in targets
     assert torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default not in targets
@@ -297,6 +298,21 @@ def test_export_records_the_differentiable_op():
     torch.testing.assert_close(got, want)
     grads = torch.autograd.grad(weighted_loss((got[0], *got[1])), [x, *exported.parameters()])
     torch.testing.assert_close(grads, torch.autograd.grad(weighted_loss((want[0], *want[1])), [x, *layer.parameters()]))
+
+
+def test_jit_trace_records_the_differentiable_op():
+    """torch.jit.trace records the forward op (an autograd Function would be a PythonOp):
+    the trace runs new inputs of the traced shape with the eager layer's outputs and
+    gradients."""
+    layer = pyroundlib.LLTMLayer(4, 6)
+    traced = torch.jit.trace(layer, (torch.randn(5, 3, 4),))
+    assert "pyroundlib::lltm_sequence_forward" in str(traced.inlined_graph)
+    x = torch.randn(5, 3, 4, requires_grad=True)
+    got, want = traced(x), layer(x)
+    torch.testing.assert_close(got, want)
+    params = [x, *layer.parameters()]
+    torch.testing.assert_close(torch.autograd.grad(weighted_loss((got[0], *got[1])), params),
+                               torch.autograd.grad(weighted_loss((want[0], *want[1])), params))
 
 
 def test_export_save_load_in_a_fresh_process(tmp_path):

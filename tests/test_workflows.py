@@ -278,12 +278,14 @@ def test_export_save_load_in_a_fresh_process(device, tmp_path):
     run_saved_in_fresh_process(model, device, str(tmp_path / "data.pt"), f"torch.export.load({path!r}).module()")
 
 
-def test_exported_program_trains_as_eager(device):
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_exported_program_trains_as_eager(device, strict):
     """An exported program records the ops that carry their autograd formulas (the straight-
     through round, the differentiable pointwise step), never their eager twins without one:
-    its gradients match the eager model's (a zero-gradient round would give zeros here)."""
+    its gradients match the eager model's (a zero-gradient round would give zeros here).
+    Strict export too, which traces an autograd Function's forward with grad mode off."""
     model = Model().to(device)
-    program = torch.export.export(model, model_inputs(device))
+    program = torch.export.export(model, model_inputs(device), strict=strict)
     ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
     assert {"pyroundlib.round_ste.default", "pyroundlib.lltm_forward.default"} <= ops, ops
     assert not any("no_autograd" in op for op in ops), ops
