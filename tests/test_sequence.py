@@ -302,12 +302,12 @@ def test_export_records_the_differentiable_op(strict):
 
 def test_jit_trace_records_the_differentiable_op():
     """torch.jit.trace records the forward op (an autograd Function would be a PythonOp):
-    the trace runs new inputs of the traced shape with the eager layer's outputs and
+    the trace runs a sequence of another length and batch with the eager layer's outputs and
     gradients."""
     layer = pyroundlib.LLTMLayer(4, 6)
     traced = torch.jit.trace(layer, (torch.randn(5, 3, 4),))
     assert "pyroundlib::lltm_sequence_forward" in str(traced.inlined_graph)
-    x = torch.randn(5, 3, 4, requires_grad=True)
+    x = torch.randn(7, 2, 4, requires_grad=True)
     got, want = traced(x), layer(x)
     torch.testing.assert_close(got, want)
     params = [x, *layer.parameters()]
