@@ -11,24 +11,26 @@
 
 namespace prl {
 
-template <typename A>
+// T: the storage type (the activations' precision follows it: scalar.h); the arithmetic is
+// acc_t<T>.
+template <typename T, typename A = acc_t<T>>
 PRL_HD void lltm_forward_math(A g_in, A g_out, A g_cand, A old_cell, A &new_h, A &new_cell) {
-    const A input_gate = sigmoid(g_in), output_gate = sigmoid(g_out), candidate = elu(g_cand);
+    const A input_gate = sigmoid<T>(g_in), output_gate = sigmoid<T>(g_out), candidate = elu(g_cand);
     new_cell = old_cell + candidate * input_gate;
     new_h = tanh_(new_cell) * output_gate;
 }
 
 // grad_h, grad_cell: incoming gradients of new_h and new_cell.
-template <typename A>
+template <typename T, typename A = acc_t<T>>
 PRL_HD void lltm_backward_math(A grad_h, A grad_cell, A g_in, A g_out, A g_cand, A old_cell,
                                A &d_in, A &d_out, A &d_cand, A &d_old_cell) {
-    const A input_gate = sigmoid(g_in), output_gate = sigmoid(g_out), candidate = elu(g_cand);
+    const A input_gate = sigmoid<T>(g_in), output_gate = sigmoid<T>(g_out), candidate = elu(g_cand);
     const A tanh_cell = tanh_(old_cell + candidate * input_gate);
     const A d_cell = grad_h * output_gate * (A(1) - tanh_cell * tanh_cell) + grad_cell;
     d_old_cell = d_cell;
     d_in = d_cell * candidate * input_gate * (A(1) - input_gate);
     d_out = grad_h * tanh_cell * output_gate * (A(1) - output_gate);
-    d_cand = d_cell * input_gate * d_elu(g_cand);
+    d_cand = d_cell * input_gate * d_elu<T>(g_cand);
 }
 
 // V consecutive columns col..col+V-1 of row `row` of the cell (row < batch,
@@ -47,7 +49,7 @@ PRL_HD void lltm_forward_cols(I row, I col, I state, const T *gates, const T *ol
 #endif
     for (int j = 0; j < V; ++j) {
         A hj, cj;
-        lltm_forward_math<A>(load(gi.v[j]), load(go.v[j]), load(gc.v[j]), load(oc.v[j]), hj, cj);
+        lltm_forward_math<T>(load(gi.v[j]), load(go.v[j]), load(gc.v[j]), load(oc.v[j]), hj, cj);
         h.v[j] = store<T>(hj);
         c.v[j] = store<T>(cj);
     }
@@ -74,7 +76,7 @@ PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *
 #endif
     for (int j = 0; j < V; ++j) {
         A a_in, a_out, a_cand, a_cell;
-        lltm_backward_math<A>(has_h ? load(gh.v[j]) : A(0), has_cell ? load(gcell.v[j]) : A(0), load(gi.v[j]),
+        lltm_backward_math<T>(has_h ? load(gh.v[j]) : A(0), has_cell ? load(gcell.v[j]) : A(0), load(gi.v[j]),
                               load(go.v[j]), load(gc.v[j]), load(oc.v[j]), a_in, a_out, a_cand, a_cell);
         di.v[j] = store<T>(a_in);
         dout.v[j] = store<T>(a_out);

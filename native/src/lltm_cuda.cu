@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kBiasCols * kBiasRows)
                 const I k = row * state + col, g = row * 3 * state + col;
                 const A gh = has_h ? prl::load(grad_h[k]) : A(0), gc = has_cell ? prl::load(grad_cell[k]) : A(0);
                 A d[3], d_cell;
-                prl::lltm_backward_math<A>(gh, gc, prl::load(gates[g]), prl::load(gates[g + state]),
+                prl::lltm_backward_math<T>(gh, gc, prl::load(gates[g]), prl::load(gates[g + state]),
                                            prl::load(gates[g + 2 * state]), prl::load(old_cell[k]), d[0], d[1], d[2],
                                            d_cell);
 #pragma unroll

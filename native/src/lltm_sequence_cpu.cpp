@@ -78,7 +78,7 @@ PRL_CPU_CLONES void forward_cells(int64_t batch, int64_t state, T *__restrict ga
             go[j] = so;
             gc[j] = sc;
             A h, c;
-            prl::lltm_forward_math<A>(prl::load(si), prl::load(so), prl::load(sc), prl::load(old_cell[b * state + j]),
+            prl::lltm_forward_math<T>(prl::load(si), prl::load(so), prl::load(sc), prl::load(old_cell[b * state + j]),
                                       h, c);
             new_h[b * state + j] = prl::store<T>(h);
             new_cell[b * state + j] = prl::store<T>(c);
@@ -101,7 +101,7 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
         for (int64_t j = 0; j < state; ++j) {
             const A grad_h = prl::load(prl::store<T>(prl::load(grad_out_t[b * state + j]) + r[j]));
             A d_i, d_out, d_cand, d_c;
-            prl::lltm_backward_math<A>(grad_h, carried[j], prl::load(gi[j]), prl::load(go[j]), prl::load(gc[j]),
+            prl::lltm_backward_math<T>(grad_h, carried[j], prl::load(gi[j]), prl::load(go[j]), prl::load(gc[j]),
                                        prl::load(old_cell[b * state + j]), d_i, d_out, d_cand, d_c);
             di[j] = prl::store<T>(d_i);
             d_o[j] = prl::store<T>(d_out);

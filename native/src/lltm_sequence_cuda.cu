@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                     g_t[i * S] = stored;
                     g[i] = prl::load(stored);
                 }
-                prl::lltm_forward_math<A>(g[0], g[1], g[2], old_cell, h, c_new);
+                prl::lltm_forward_math<T>(g[0], g[1], g[2], old_cell, h, c_new);
                 const T c_stored = prl::store<T>(c_new);
                 p.output[t * cell + k_own] = prl::store<T>(h);
                 p.cells[t * cell + k_own] = c_stored;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 // the gradient reaching h_t (rounded as the step-by-step path stores it), and new_cell's
                 const A grad_h = prl::load(prl::store<T>(extra + sum[0]));
                 A d[3], d_cell;
-                prl::lltm_backward_math<A>(grad_h, carried, g_own[0], g_own[1], g_own[2], old_cell, d[0], d[1], d[2],
+                prl::lltm_backward_math<T>(grad_h, carried, g_own[0], g_own[1], g_own[2], old_cell, d[0], d[1], d[2],
                                            d_cell);
                 T *dg = p.d_gates + t * gate + kg_own;
 #pragma unroll

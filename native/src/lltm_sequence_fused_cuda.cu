@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<
                 g[i] = prl::load(stored);
             }
             A h, c_new;
-            prl::lltm_forward_math<A>(g[0], g[1], g[2], cell[r * S + s], h, c_new);
+            prl::lltm_forward_math<T>(g[0], g[1], g[2], cell[r * S + s], h, c_new);
             const T h_stored = prl::store<T>(h), c_stored = prl::store<T>(c_new);
             p.output[row * S + s] = h_stored;
             p.cells[row * S + s] = c_stored;
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs
             const T *g_t = p.gates + row * G3 + s;
             const A old_cell = prl::load(t == 0 ? p.c0[(int64_t)(b0 + r) * S + s] : p.cells[k_own - (int64_t)B * S]);
             A d[3], d_old;
-            prl::lltm_backward_math<A>(grad_h, d_cell[r * S + s], prl::load(g_t[0]), prl::load(g_t[S]),
+            prl::lltm_backward_math<T>(grad_h, d_cell[r * S + s], prl::load(g_t[0]), prl::load(g_t[S]),
                                        prl::load(g_t[2 * S]), old_cell, d[0], d[1], d[2], d_old);
             T *dg_t = p.d_gates + row * G3 + s;
 #pragma unroll
