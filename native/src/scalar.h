@@ -206,8 +206,8 @@ PRL_HD double tanh_(double x) { return tanh(x); }
 
 // e^x where a cell stored as T is computed (in acc_t<T>).  Stored in 16 bits, the device
 // uses the hardware's approximate e^x (__expf, ex2.approx: a few float ulps, ~1e-6
-// relative at the gates' magnitudes, against 2^-9 for a bfloat16 and 2^-12 for a float16
-// rounding), and sigmoid its fast division (__fdividef: 2 ulps).  CUDA's expf and the
+// relative at the gates' magnitudes, against up to 2^-8 for a bfloat16 and 2^-11 for a
+// float16 rounding), and sigmoid its fast division (__fdividef: 2 ulps).  CUDA's expf and the
 // IEEE division were much of the pointwise kernels' arithmetic: H100, CUDA graphs, bfloat16
 // and float16 at (B, S) = (256, 1024), forward 3.46 -> 3.22 us and backward 4.46 -> 4.25 us a
 // launch (benchmarks/NOTES.md).  float32, float64 and the CPU keep exp_ and the division.
