@@ -109,15 +109,33 @@ def signature_once(function_class):
     return function_class
 
 
-def function_for(op, eager):
-    """What to call: ``eager.apply`` (the autograd Function: its own node, ``jvp`` and
-    ``vmap``), except while torch.compile, export or ``torch.jit.trace`` traces, where the
-    differentiable op ``op`` itself (its registered autograd formula) is what gets recorded,
-    as one node.  Dynamo refuses a Function that defines ``jvp``; strict export runs a
-    Function's forward with grad mode off (torch 2.13: the exported program's outputs would
-    not be differentiable); ``jit.trace`` records a Function as a PythonOp, which a saved
-    trace cannot replay.  So compiled, exported and traced programs train as eager does."""
-    return op if torch.compiler.is_compiling() or torch.jit.is_tracing() else eager.apply
+def exporting() -> bool:
+    """Whether torch.export (strict or not) is tracing: ``torch.compiler.is_exporting()``
+    where this torch has it; before that (torch 2.4), non-strict export, which traces
+    without Dynamo while ``is_compiling()`` is true (strict export is then taken for
+    torch.compile)."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    if is_exporting is not None:
+        return is_exporting()
+    return torch.compiler.is_compiling() and not torch.compiler.is_dynamo_compiling()
+
+
+def function_for(op, traced, eager):
+    """What an entry point calls with its tensors:
+
+    - in eager mode, ``eager.apply``: the autograd Function, with ``jvp`` and ``vmap``;
+    - while torch.export or ``torch.jit.trace`` traces, the differentiable op ``op`` itself,
+      recorded as one node with its registered autograd formula: strict export runs a
+      Function's forward with grad mode off (torch 2.13: the program's outputs would not be
+      differentiable), torch 2.4's non-strict export fails on a Function, and ``jit.trace``
+      records a Function as a Python op that a saved trace cannot replay;
+    - while torch.compile traces, ``traced.apply``: the same Function without ``jvp``, which
+      Dynamo refuses.  A Function, not the op: torch.func transforms inside compiled code
+      (``grad``, ``vjp``, ``jacrev``) need a Function with ``setup_context``, which
+      torch.library's autograd wrapper of an op is not."""
+    if torch.jit.is_tracing() or exporting():
+        return op
+    return traced.apply if torch.compiler.is_compiling() else eager.apply
 
 
 # autocast casts these (not float64), as it does for the ops it runs in lower precision

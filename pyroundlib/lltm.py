@@ -175,7 +175,29 @@ def _batched_rows(info, in_dims, *tensors):
 
 
 @signature_once
-class LLTMPointwiseFunction(torch.autograd.Function):
+class _LLTMPointwiseNoJvp(torch.autograd.Function):
+    """LLTMPointwiseFunction without its forward-mode derivative: what torch.compile
+    traces (Dynamo refuses a Function that defines ``jvp``)."""
+
+    @staticmethod
+    def forward(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
+        return torch.ops.pyroundlib.lltm_forward(gates, old_cell)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        _lltm_forward_setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
+        return _lltm_forward_backward(ctx, grad_h, grad_cell)
+
+    @staticmethod
+    def vmap(info, in_dims, gates, old_cell):
+        return _vmap_pointwise(_LLTMPointwiseNoJvp, info, in_dims, gates, old_cell)
+
+
+@signature_once
+class LLTMPointwiseFunction(_LLTMPointwiseNoJvp):
     """The cell's pointwise step as an autograd Function: ``apply(gates, old_cell) ->
     (new_h, new_cell)``, gates [B, 3S] = X @ W^T + b, old_cell [B, S] (the op checks them).
     ``lltm_cell`` computes ``gates`` in PyTorch and applies this: autograd differentiates
@@ -183,8 +205,9 @@ class LLTMPointwiseFunction(torch.autograd.Function):
     twins when a graph of the gradient is built).  Written the way torch.func needs:
     ``setup_context``, a ``vmap`` rule (the batch folds into the rows) and ``jvp``.  Its
     forward calls ``pyroundlib::lltm_forward_no_autograd`` (the Function is the autograd
-    node); under torch.compile and export, ``lltm_cell`` calls the differentiable op
-    ``pyroundlib::lltm_forward`` itself (the same formulas, registered with the op)."""
+    node); under torch.compile ``lltm_cell`` applies the same Function without ``jvp``,
+    which records the differentiable ``pyroundlib::lltm_forward``, and under export calls
+    that op itself (its registered formulas are the Function's)."""
 
     @staticmethod
     def forward(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
@@ -196,20 +219,20 @@ class LLTMPointwiseFunction(torch.autograd.Function):
         ctx.save_for_forward(*inputs)
 
     @staticmethod
-    def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
-        return _lltm_forward_backward(ctx, grad_h, grad_cell)
-
-    @staticmethod
     def jvp(ctx, t_gates: Optional[Tensor], t_old_cell: Optional[Tensor]):
         gates, old_cell = ctx.saved_tensors
         return _pointwise_jvp(gates, old_cell, t_gates, t_old_cell)
 
     @staticmethod
     def vmap(info, in_dims, gates, old_cell):
-        rows_gates, rows_cell = _batched_rows(info, in_dims, gates, old_cell)
-        new_h, new_cell = LLTMPointwiseFunction.apply(rows_gates, rows_cell)
-        shape = (info.batch_size, -1, new_h.shape[-1])
-        return (new_h.reshape(shape), new_cell.reshape(shape)), (0, 0)
+        return _vmap_pointwise(LLTMPointwiseFunction, info, in_dims, gates, old_cell)
+
+
+def _vmap_pointwise(function, info, in_dims, gates, old_cell):
+    rows_gates, rows_cell = _batched_rows(info, in_dims, gates, old_cell)
+    new_h, new_cell = function.apply(rows_gates, rows_cell)
+    shape = (info.batch_size, -1, new_h.shape[-1])
+    return (new_h.reshape(shape), new_cell.reshape(shape)), (0, 0)
 
 
 def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
@@ -281,7 +304,8 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     if torch.jit.is_tracing():
         return torch.ops.pyroundlib.lltm_cell(input, weights, bias, old_h, old_cell)  # record the op
     return _lltm_cell(input, weights, bias, old_h, old_cell,
-                      function_for(torch.ops.pyroundlib.lltm_forward.default, LLTMPointwiseFunction))
+                      function_for(torch.ops.pyroundlib.lltm_forward.default, _LLTMPointwiseNoJvp,
+                                   LLTMPointwiseFunction))
 
 
 class LLTMParameters(torch.nn.Module):

@@ -49,21 +49,14 @@ define_op("round_ste(Tensor x) -> Tensor", _round_op, _round_fake, backward=_str
 
 
 @signature_once
-class RoundSTEFunction(torch.autograd.Function):
-    """``RoundSTEFunction.apply(x)``: round half to even in the forward pass (a new tensor
-    of x's shape and dtype), the identity in the backward (the incoming gradient itself)
-    and in forward mode.  x: float32/float64/float16/bfloat16 on CPU or CUDA (the op
-    checks it).
-
-    Written the way torch.func needs: ``forward`` without ``ctx`` plus ``setup_context``,
-    a ``vmap`` rule (rounding is elementwise: the batched tensor is rounded as a whole) and
-    ``jvp``.  Its forward calls ``pyroundlib::round_ste_no_autograd``: the Function is the
-    autograd node.  Under torch.compile and export, ``round_ste`` calls the op
-    ``pyroundlib::round_ste``, whose registered formula is the same straight-through one."""
+class _RoundSTENoJvp(torch.autograd.Function):
+    """RoundSTEFunction without its forward-mode derivative: what torch.compile traces
+    (Dynamo refuses a Function that defines ``jvp``).  Its forward records the op with the
+    straight-through formula."""
 
     @staticmethod
     def forward(x: Tensor) -> Tensor:
-        return torch.ops.pyroundlib.round_ste_no_autograd(x)
+        return torch.ops.pyroundlib.round_ste(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -72,6 +65,29 @@ class RoundSTEFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output: Tensor) -> Tensor:
         return grad_output
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return _RoundSTENoJvp.apply(x), in_dims[0]
+
+
+@signature_once
+class RoundSTEFunction(_RoundSTENoJvp):
+    """``RoundSTEFunction.apply(x)``: round half to even in the forward pass (a new tensor
+    of x's shape and dtype), the identity in the backward (the incoming gradient itself)
+    and in forward mode.  x: float32/float64/float16/bfloat16 on CPU or CUDA (the op
+    checks it).
+
+    Written the way torch.func needs: ``forward`` without ``ctx`` plus ``setup_context``,
+    a ``vmap`` rule (rounding is elementwise: the batched tensor is rounded as a whole) and
+    ``jvp``.  Its forward calls ``pyroundlib::round_ste_no_autograd``: the Function is the
+    autograd node.  Under torch.compile ``round_ste`` applies the same Function without
+    ``jvp``; under export and ``jit.trace`` it calls ``pyroundlib::round_ste`` itself (the
+    same straight-through formula, registered with the op)."""
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        return torch.ops.pyroundlib.round_ste_no_autograd(x)
 
     @staticmethod
     def jvp(ctx, x_tangent: Tensor) -> Tensor:
@@ -91,7 +107,7 @@ def round_ste(x: Tensor) -> Tensor:
     jacfwd), autocast (x keeps its dtype), torch.compile, export and TorchScript.
     """
     check_tensor("x", x)  # raises for bad input, naming x
-    return function_for(torch.ops.pyroundlib.round_ste.default, RoundSTEFunction)(x)
+    return function_for(torch.ops.pyroundlib.round_ste.default, _RoundSTENoJvp, RoundSTEFunction)(x)
 
 
 class RoundSTE(torch.nn.Module):

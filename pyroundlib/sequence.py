@@ -460,8 +460,9 @@ def _backward(ctx, grad_output, grad_c_n, _grad_cells=None, _grad_gates=None):
 
 
 # The forward op is differentiable on its own too (in all five inputs, to any order): what
-# torch.compile and export call (``function_for``), so an exported program records it and
-# can be trained.  LLTMSequenceFunction calls its twin without the formula (define_op).
+# torch.compile traces (through _LLTMSequenceNoJvp) and export and jit.trace record
+# (``function_for``), so an exported program can be trained.  LLTMSequenceFunction calls its
+# twin without the formula (define_op).
 define_op("lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) "
           "-> (Tensor, Tensor, Tensor, Tensor)", _forward_op, _forward_fake, backward=_backward, setup_context=_setup,
           eager_twin=True)
@@ -470,15 +471,36 @@ define_op("lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tens
 # ---- the autograd Function -------------------------------------------------------------------------
 
 @signature_once
-class LLTMSequenceFunction(torch.autograd.Function):
+class _LLTMSequenceNoJvp(torch.autograd.Function):
+    """LLTMSequenceFunction without its forward-mode derivative: what torch.compile traces."""
+
+    @staticmethod
+    def forward(input, weights, bias, h0, c0):
+        return torch.ops.pyroundlib.lltm_sequence_forward(input, weights, bias, h0, c0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, outputs) -> None:
+        _setup(ctx, inputs, outputs)
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_c_n, _grad_cells, _grad_gates):
+        return _backward(ctx, grad_output, grad_c_n)
+
+    @staticmethod
+    def vmap(info, in_dims, input, weights, bias, h0, c0):
+        return _vmap_sequence(_LLTMSequenceNoJvp, info, in_dims, input, weights, bias, h0, c0)
+
+
+@signature_once
+class LLTMSequenceFunction(_LLTMSequenceNoJvp):
     """The LLTM over a sequence as one autograd node: ``apply(input, weights, bias, h0, c0)
     -> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])``; the last two are
     what the backward needs (non-differentiable: torch.func requires a Function's saved
     intermediates to be outputs).  ``lltm_sequence`` checks the arguments and returns
     ``(output, (h_n, c_n))``.  T >= 1.  What eager mode applies: its forward calls the op
-    without an autograd formula (the Function is the node); under torch.compile and export
-    ``lltm_sequence`` calls the differentiable op ``pyroundlib::lltm_sequence_forward``
-    itself (the same formulas, registered with the op)."""
+    without an autograd formula (the Function is the node); under torch.compile
+    ``lltm_sequence`` applies _LLTMSequenceNoJvp, which records the differentiable op, and
+    under export and ``jit.trace`` calls that op itself."""
 
     @staticmethod
     def forward(input, weights, bias, h0, c0):
@@ -488,10 +510,6 @@ class LLTMSequenceFunction(torch.autograd.Function):
     def setup_context(ctx, inputs, outputs) -> None:
         _setup(ctx, inputs, outputs)
         ctx.save_for_forward(*inputs, *outputs)
-
-    @staticmethod
-    def backward(ctx, grad_output, grad_c_n, _grad_cells, _grad_gates):
-        return _backward(ctx, grad_output, grad_c_n)
 
     @staticmethod
     def jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0):
@@ -514,22 +532,26 @@ class LLTMSequenceFunction(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, input, weights, bias, h0, c0):
-        """With shared weights the vmapped dimension folds into the batch; with batched
-        weights (an ensemble), one sequence per set of weights."""
-        n = info.batch_size
+        return _vmap_sequence(LLTMSequenceFunction, info, in_dims, input, weights, bias, h0, c0)
 
-        def first(t, dim):
-            return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
 
-        input, weights, bias, h0, c0 = (first(t, d) for t, d in zip((input, weights, bias, h0, c0), in_dims))
-        if in_dims[1] is None and in_dims[2] is None:
-            batch = input.shape[2]
-            outs = LLTMSequenceFunction.apply(input.transpose(0, 1).flatten(1, 2), weights[0], bias[0],
-                                              h0.flatten(0, 1), c0.flatten(0, 1))
-            output, c_n, cells, gates = (o.unflatten(-2 if o.dim() == 2 else 1, (n, batch)) for o in outs)
-            return (output, c_n, cells, gates), (1, 0, 1, 1)
-        outs = [LLTMSequenceFunction.apply(*args) for args in zip(input, weights, bias, h0, c0)]
-        return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0, 0)
+def _vmap_sequence(function, info, in_dims, input, weights, bias, h0, c0):
+    """vmap: with shared weights the vmapped dimension folds into the batch; with batched
+    weights (an ensemble), one sequence per set of weights."""
+    n = info.batch_size
+
+    def first(t, dim):
+        return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
+
+    input, weights, bias, h0, c0 = (first(t, d) for t, d in zip((input, weights, bias, h0, c0), in_dims))
+    if in_dims[1] is None and in_dims[2] is None:
+        batch = input.shape[2]
+        outs = function.apply(input.transpose(0, 1).flatten(1, 2), weights[0], bias[0], h0.flatten(0, 1),
+                              c0.flatten(0, 1))
+        output, c_n, cells, gates = (o.unflatten(-2 if o.dim() == 2 else 1, (n, batch)) for o in outs)
+        return (output, c_n, cells, gates), (1, 0, 1, 1)
+    outs = [function.apply(*args) for args in zip(input, weights, bias, h0, c0)]
+    return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0, 0)
 
 
 # ---- entry points ------------------------------------------------------------------------------------
@@ -558,8 +580,8 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
             and isinstance(h0, Tensor) and isinstance(c0, Tensor)) or input.dim() != 3 or input.shape[0] == 0:
         _check_sequence_args(input, weights, bias, h0, c0)
         return input.new_empty(0, input.shape[1], h0.shape[1]), (h0, c0)
-    output, c_n, _, _ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, LLTMSequenceFunction)(
-        input, weights, bias, h0, c0)
+    output, c_n, _, _ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
+                                     LLTMSequenceFunction)(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)
 
 

@@ -65,6 +65,28 @@ def test_compiled_functions_directly(device):
     torch.testing.assert_close(g, 6 * torch.sigmoid(x) * (1 - torch.sigmoid(x)))
 
 
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev"])
+def test_torch_func_inside_compiled_code(device, transform):
+    """torch.func's reverse-mode transforms inside torch.compile (fullgraph): the entry points
+    apply autograd Functions there, which torch.func accepts (torch.library's autograd
+    wrapper of an op is not a Function it accepts).  Against the eager transform, which
+    the plain-PyTorch tests check."""
+    def loss(x, weights, bias, h, c):
+        new_h, new_c = pyroundlib.lltm_cell(x, weights, bias, h, c)
+        return pyroundlib.round_ste(torch.sigmoid(new_h) * 3).sum() + (new_h * new_c).sum()
+
+    args = tuple(torch.randn(*shape, device=device, dtype=torch.float64)
+                 for shape in ((3, 4), (15, 9), (15,), (3, 5), (3, 5)))
+    make = {"grad": lambda f: torch.func.grad(f, argnums=(0, 1, 2, 3, 4)),
+            "vjp": lambda f: lambda *a: torch.func.vjp(f, *a)[1](torch.tensor(1.0, dtype=torch.float64, device=device)),
+            "jacrev": lambda f: torch.func.jacrev(f, argnums=(0, 1, 2, 3, 4))}[transform]
+    want = make(loss)(*args)
+    torch._dynamo.reset()
+    got = torch.compile(make(loss), fullgraph=True)(*args)
+    assert any(g.abs().sum() > 0 for g in want)
+    torch.testing.assert_close(got, want)
+
+
 @requires_cuda
 def test_compile_reduce_overhead_cuda():
     # CUDA graphs: a kernel launched on the wrong stream gives silently wrong results here

@@ -249,13 +249,15 @@ def test_forward_signatures_bind_as_inspect_does():
 
 def test_functions_applied_directly_check_through_the_ops():
     """Outside round_ste / lltm_cell the Functions' forwards run the custom ops, which check."""
-    with pytest.raises(TypeError, match="x must have dtype"):
-        round_module.RoundSTEFunction.apply(torch.arange(4))
+    for function in (round_module.RoundSTEFunction, round_module._RoundSTENoJvp):
+        with pytest.raises(TypeError, match="x must have dtype"):
+            function.apply(torch.arange(4))
     args = lltm_args("cpu")
     args[4] = torch.randn(3, 5, dtype=torch.float64)  # old_cell [3, 5]; the gates are [3, 12]
     gates = torch.randn(3, 12, dtype=torch.float64)
-    with pytest.raises(ValueError, match="gates must have shape"):
-        lltm.LLTMPointwiseFunction.apply(gates, args[4])
+    for function in (lltm.LLTMPointwiseFunction, lltm._LLTMPointwiseNoJvp):
+        with pytest.raises(ValueError, match="gates must have shape"):
+            function.apply(gates, args[4])
 
 
 def test_meta_tensors_run_the_fake_implementations():
