@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import pyroundlib
+from pyroundlib.__main__ import torch_version
 
 from conftest import CUDA, requires_cuda
 
@@ -65,6 +66,10 @@ def test_compiled_functions_directly(device):
     torch.testing.assert_close(g, 6 * torch.sigmoid(x) * (1 - torch.sigmoid(x)))
 
 
+@pytest.mark.xfail(torch_version(torch.__version__) < (2, 13), strict=False,
+                   reason="torch 2.4.1's Dynamo runs a Function's forward under the transform, where "
+                          "torch.library's autograd wrapper of the op it calls fails; passes on torch 2.13 "
+                          "and 2.14.1, versions between are untested")
 @pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev"])
 def test_torch_func_inside_compiled_code(device, transform):
     """torch.func's reverse-mode transforms inside torch.compile (fullgraph): the entry points
