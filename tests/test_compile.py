@@ -67,9 +67,9 @@ def test_compiled_functions_directly(device):
 
 
 @pytest.mark.xfail(torch_version(torch.__version__) < (2, 13), strict=False,
-                   reason="torch 2.4.1's Dynamo runs a Function's forward under the transform, where "
-                          "torch.library's autograd wrapper of the op it calls fails; passes on torch 2.13 "
-                          "and 2.14.1, versions between are untested")
+                   reason="torch 2.4.1's and 2.11.0's Dynamo run a Function's forward under the transform, "
+                          "where torch.library's autograd wrapper of the op it calls fails; passes on torch "
+                          "2.13.0 and 2.14.1")
 @pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev"])
 def test_torch_func_inside_compiled_code(device, transform):
     """torch.func's reverse-mode transforms inside torch.compile (fullgraph): the entry points
