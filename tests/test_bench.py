@@ -11,6 +11,7 @@ from pyroundlib.reference import lltm_cell_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench  # noqa: E402
+from conftest import requires_cuda  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -163,3 +164,16 @@ def test_backward_on_calling_thread_is_recorded_and_undone(tmp_path, monkeypatch
     assert torch._C._is_multithreading_enabled()  # and they are back on afterwards
     assert json.loads((tmp_path / "results.json").read_text())["meta"]["backward_thread"] == "calling thread"
     assert "Diagnostic run" in (tmp_path / "results.md").read_text()
+
+
+@requires_cuda
+def test_pointwise_graphs_runs():
+    """benchmarks/pointwise_graphs.py (the pointwise kernels timed inside CUDA graphs) runs
+    and reports a time for each dtype and size asked for."""
+    import pointwise_graphs
+    lines = pointwise_graphs.main(["--launches", "3", "--replays", "2", "--sizes", "2x8,3x16",
+                                   "--dtypes", "bfloat16,float32"])
+    assert len(lines) == 1 + 2 * 2
+    for line in lines[1:]:
+        forward, backward = (float(part.split()[-1]) for part in line.split(": ")[1].split(", "))
+        assert forward > 0 and backward > 0
