@@ -132,10 +132,12 @@ def function_for(op, traced, eager):
     - while torch.compile traces, ``traced.apply``: the same Function without ``jvp``, which
       Dynamo refuses.  A Function, not the op: torch.func transforms inside compiled code
       (``grad``, ``vjp``, ``jacrev``) need a Function with ``setup_context``, which
-      torch.library's autograd wrapper of an op is not."""
-    if torch.jit.is_tracing() or exporting():
-        return op
-    return traced.apply if torch.compiler.is_compiling() else eager.apply
+      torch.library's autograd wrapper of an op is not.
+
+    Eager mode, the hot path, asks two questions (export implies ``is_compiling()``)."""
+    if torch.compiler.is_compiling():
+        return op if exporting() else traced.apply
+    return op if torch.jit.is_tracing() else eager.apply
 
 
 # autocast casts these (not float64), as it does for the ops it runs in lower precision
