@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 5  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 6  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -51,6 +51,10 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     #                                    grad_h grad_cell gates old_cell d_gates d_old_cell d_bias batch state dtype
     ("prl_lltm_backward_cpu",  STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
     ("prl_lltm_backward_cuda", STATUS,   (_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
+    #                                          grad_h grad_h_parts parts grad_cell gates old_cell d_gates d_old_cell
+    #                                          batch state dtype [device stream]
+    ("prl_lltm_backward_parts_cpu",  STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _INT)),
+    ("prl_lltm_backward_parts_cuda", STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _P)),
     ("prl_set_cpu_threads",    STATUS,   (_I64,)),
     ("prl_cpu_threads",        _I64,     ()),
     ("prl_set_cpu_parallel",   STATUS,   (_P,)),  # a prl_parallel_fn (GOMP_parallel's address) or NULL

@@ -40,7 +40,7 @@ from torch import Tensor
 from . import _ffi, _threads, graphs
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_op,
                       function_for, ptr, signature_once)
-from .lltm import (LLTMParameters, _activations, _backward_differentiable, _backward_kernel, _forward_kernel,
+from .lltm import (LLTMParameters, _activations, _backward_differentiable, _forward_kernel,
                    _pointwise_jvp)
 
 
@@ -81,6 +81,7 @@ _PERSISTENT_DTYPES = (torch.float32, torch.float64)
 _sequence_forward_kernel = Kernel("lltm_sequence_forward")
 _sequence_backward_kernel = Kernel("lltm_sequence_backward")
 _persistent_forward_kernel = Kernel("lltm_sequence_persistent_forward", cpu=False)
+_backward_parts_kernel = Kernel("lltm_backward_parts")
 _fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
 _fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
 _fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
@@ -307,6 +308,21 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
     torch.sum(rows, dim=0, out=d_bias)
 
 
+def _backward_parts(t: Tensor, state: int) -> int:
+    """How many partial products the backward loop splits each step's d_h product into
+    (d_gates [B, 3S] @ W_h [3S, S] along its 3S): on CUDA in float16 and bfloat16, 4 where
+    S % 4 == 0, else 3 (one per gate), 1 otherwise.  cuBLAS runs [B, 3S] x [3S, S] with few
+    output tiles and a long inner loop; as a strided-batched product of slices of the 3S
+    more of the GPU works on it, and the next step's pointwise kernel adds the partial
+    products as it reads them.  H100, CUDA graphs of 100 steps of product + pointwise kernel,
+    bfloat16, us a step: (B, S) = (256, 1024) 11.2-12.2 whole, 10.0 in 4 parts; (64, 512)
+    7.0 / 5.9; (128, 256) 6.0 / 5.4; (32, 128) 4.5 / 4.3 (float16 alike).  float32 did not
+    gain consistently (TF32 on and off), so it stays whole (benchmarks/NOTES.md)."""
+    if t.is_cuda and t.dtype in (torch.float16, torch.bfloat16):
+        return 4 if state % 4 == 0 else 3
+    return 1
+
+
 def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
                    c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_input: Tensor, d_weights: Tensor,
                    d_bias: Tensor, d_h0: Tensor, d_c0: Tensor) -> None:
@@ -317,23 +333,32 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
     code = DTYPE_CODES[input.dtype]
     w_h = weights[:, :state]
     d_gates = torch.empty_like(gates)
-    # d_h[t], the gradient reaching step t's new_h: grad_output[t], to which step t + 1 adds
-    # its d_gates @ W_h in place (one copy up front, no copy per step)
-    d_h = grad_output.clone()
-    dg, d_h_steps = d_gates.unbind(0), d_h.unbind(0)
+    # The gradient reaching step t's new_h is grad_output[t] plus step t + 1's d_gates @ W_h,
+    # which that step leaves in `terms` as `parts` partial products (_backward_parts): the
+    # pointwise kernel adds them as it reads grad_output[t], so no copy of grad_output and no
+    # accumulation pass runs.
+    parts = _backward_parts(input, state)
+    terms = input.new_empty(parts, batch, state)
+    chunk = 3 * state // parts
+    w_parts = w_h.view(parts, chunk, state)
+    dg = d_gates.unbind(0)
     g_ptr, dg_ptr, c_ptr = _pointers(gates), _pointers(d_gates), [c0.data_ptr()] + _pointers(cells)[:-1]
-    h_ptr = _pointers(d_h)
-    # d_cell ping-pongs between two buffers (a kernel's input and output must not overlap);
-    # the last step writes d_c0 itself
-    d_cell = [grad_c_n.clone(), torch.empty_like(d_c0)]
+    go_ptr, terms_ptr = _pointers(grad_output), terms.data_ptr()
+    # d_cell alternates between two buffers (a kernel's input and output must not overlap);
+    # the first step reads grad_c_n, the last writes d_c0
+    d_cell, d_cell_in = (torch.empty_like(d_c0), torch.empty_like(d_c0)), grad_c_n.data_ptr()
     for t in range(steps - 1, -1, -1):
-        d_cell_out = d_c0 if t == 0 else d_cell[1]
-        _backward_kernel(input, h_ptr[t], d_cell[0].data_ptr(), g_ptr[t], c_ptr[t], dg_ptr[t], d_cell_out.data_ptr(),
-                         None, batch, state, code)
-        if t:
-            d_h_steps[t - 1].addmm_(dg[t], w_h)
-        d_cell.reverse()
-    torch.mm(dg[0], w_h, out=d_h0)
+        d_cell_out = d_c0.data_ptr() if t == 0 else d_cell[t % 2].data_ptr()
+        last = t == steps - 1
+        _backward_parts_kernel(input, go_ptr[t], None if last else terms_ptr, 0 if last else parts, d_cell_in,
+                               g_ptr[t], c_ptr[t], dg_ptr[t], d_cell_out, batch, state, code)
+        if t == 0:
+            torch.mm(dg[0], w_h, out=d_h0)
+        elif parts == 1:
+            torch.mm(dg[t], w_h, out=terms[0])
+        else:
+            torch.bmm(dg[t].view(batch, parts, chunk).transpose(0, 1), w_parts, out=terms)
+        d_cell_in = d_cell_out
     _gradients_of_all_steps(d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
 
 

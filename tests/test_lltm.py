@@ -140,6 +140,60 @@ def test_every_element_written(device, dtype):
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("parts", [0, 1, 3, 4])
+@pytest.mark.parametrize("batch,state", [(37, 29), (4, 8), (0, 5)])
+@pytest.mark.parametrize("with_grad_h,with_grad_cell", [(True, True), (False, True), (True, False)])
+def test_backward_parts(device, dtype, parts, batch, state, with_grad_h, with_grad_cell):
+    """prl_lltm_backward_parts_*: the backward whose gradient of new_h is grad_h plus `parts`
+    terms, summed in the arithmetic type in order.  Every element written; in float32 and
+    float64 the same bits as prl_lltm_backward_* given that sum; in 16-bit types within one
+    ulp of the float32 backward of the same values (the sum is not rounded to 16 bits)."""
+    gates = (torch.randn(batch, 3 * state, device=device) * 3).to(dtype)
+    old_cell = torch.randn(batch, state, device=device).to(dtype)
+    grad_h = torch.randn_like(old_cell) if with_grad_h else None
+    grad_cell = torch.randn_like(old_cell) if with_grad_cell else None
+    terms = torch.randn(parts, batch, state, device=device).to(dtype)
+    d_gates, d_cell = torch.full_like(gates, math.nan), torch.full_like(old_cell, math.nan)
+    _common.Kernel("lltm_backward_parts")(gates, _common.ptr(grad_h), terms.data_ptr() if parts else None, parts,
+                                          _common.ptr(grad_cell), gates.data_ptr(), old_cell.data_ptr(),
+                                          d_gates.data_ptr(), d_cell.data_ptr(), batch, state,
+                                          _common.DTYPE_CODES[dtype])
+    assert not torch.isnan(d_gates).any() and not torch.isnan(d_cell).any()
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    total = torch.zeros_like(old_cell, dtype=wide) if grad_h is None else grad_h.to(wide)
+    for term in terms:
+        total = total + term.to(wide)
+    if parts == 0 and grad_h is None:
+        total = None
+    want_gates, want_cell, _ = pyroundlib.lltm._lltm_backward(
+        total, None if grad_cell is None else grad_cell.to(wide), gates.to(wide), old_cell.to(wide))
+    if dtype in (torch.float32, torch.float64):
+        assert torch.equal(d_gates, want_gates) and torch.equal(d_cell, want_cell)
+    else:
+        close = dict(rtol=1e-2, atol=1e-3)  # one 16-bit ulp, and 16-bit arithmetic's approximations on CUDA
+        torch.testing.assert_close(d_gates, want_gates.to(dtype), **close)
+        torch.testing.assert_close(d_cell, want_cell.to(dtype), **close)
+
+
+def test_backward_parts_checks_its_arguments(device):
+    gates, old_cell = torch.randn(2, 6, device=device), torch.randn(2, 2, device=device)
+    out_gates, out_cell, terms = torch.empty_like(gates), torch.empty_like(old_cell), torch.zeros(65, 2, 2, device=device)
+    kernel = _common.Kernel("lltm_backward_parts")
+
+    def call(terms_ptr, parts):
+        kernel(gates, old_cell.data_ptr(), terms_ptr, parts, None, gates.data_ptr(), old_cell.data_ptr(),
+               out_gates.data_ptr(), out_cell.data_ptr(), 2, 2, _common.DTYPE_CODES[torch.float32])
+
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="argument 'parts' must be >= 0"):
+        call(terms.data_ptr(), -1)
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="argument 'parts' must be <= 64"):
+        call(terms.data_ptr(), 65)
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="argument 'grad_h_parts' is NULL"):
+        call(None, 2)
+    call(terms.data_ptr(), 64)
+    call(None, 0)
+
+
 BIAS_SUM_TOLERANCES = {  # d_bias against the float64 sum of the stored d_gates: accumulation + final rounding
     torch.float64: dict(rtol=1e-12, atol=1e-12),
     torch.float32: dict(rtol=1e-5, atol=1e-5),

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 5
+#define PRL_ABI_VERSION 6
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -123,6 +123,25 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const void *grad_c
                                           void *d_gates, void *d_old_cell, void *d_bias,
                                           int64_t batch, int64_t state, int dtype,
                                           int device, void *stream);
+
+/* ---- LLTM pointwise backward, the gradient of new_h given as a sum ------------------------
+ * As prl_lltm_backward_* without d_bias, where the gradient of new_h is grad_h (NULL: zero)
+ * plus `parts` (0 to 64) more terms: grad_h_parts [parts, batch, state], contiguous (NULL
+ * when parts = 0).  The terms are added in the arithmetic type (float; double for
+ * float64), in the order grad_h, grad_h_parts[0], grad_h_parts[1], ...  For a step of a
+ * recurrence whose incoming gradient includes a product split along its inner dimension
+ * (partial products, e.g. one strided-batched GEMM of d_gates [batch, 3*state] x
+ * W_h [3*state, state] in `parts` slices of the 3*state): the kernel sums them as it reads
+ * them, so no reduction or accumulation pass runs between the product and this kernel. */
+PRL_API prl_status prl_lltm_backward_parts_cpu(const void *grad_h, const void *grad_h_parts, int64_t parts,
+                                               const void *grad_cell, const void *gates, const void *old_cell,
+                                               void *d_gates, void *d_old_cell,
+                                               int64_t batch, int64_t state, int dtype);
+PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, const void *grad_h_parts, int64_t parts,
+                                                const void *grad_cell, const void *gates, const void *old_cell,
+                                                void *d_gates, void *d_old_cell,
+                                                int64_t batch, int64_t state, int dtype,
+                                                int device, void *stream);
 
 /* ---- LLTM over a sequence: the recurrence in one call per direction (CUDA: one persistent kernel) ----
  * For a sequence of T steps the cell's gates are x_t @ W_x^T + b (the input half, which the

@@ -24,6 +24,11 @@ PRL_API prl_status prl_lltm_backward_cuda(const void *, const void *, const void
     return not_compiled(__func__);
 }
 
+PRL_API prl_status prl_lltm_backward_parts_cuda(const void *, const void *, int64_t, const void *, const void *,
+                                                const void *, void *, void *, int64_t, int64_t, int, int, void *) {
+    return not_compiled(__func__);
+}
+
 PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t, int64_t, int, int, int *fits) {
     if (fits != nullptr) *fits = 0;
     return not_compiled(__func__);

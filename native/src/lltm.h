@@ -7,6 +7,8 @@
 // instead of saving them, which halves what the forward must keep alive.
 #pragma once
 
+#include <type_traits>
+
 #include "common.h"
 
 namespace prl {
@@ -60,9 +62,16 @@ PRL_HD void lltm_forward_cols(I row, I col, I state, const T *gates, const T *ol
 // grad_h / grad_cell may be NULL: a zero gradient.  has_h / has_cell say whether they
 // are there: a plain bool on the GPU (a uniform branch), a std::integral_constant on
 // the CPU, where a compile-time answer keeps the loop free of branches (vectorisable).
-template <int V, typename T, typename I, typename FlagH, typename FlagCell>
+// The gradient of new_h is grad_h plus `parts` more terms, grad_h_parts[p * part_stride + k]
+// (a product split along its inner dimension, whose partial products this adds up), summed in
+// the arithmetic type in the order p = 0, 1, ...; `parts` is an int on the GPU, and on the CPU
+// std::integral_constant<int, 0> where there are none.
+constexpr int kMaxLltmParts = 64;  // the most terms prl_lltm_backward_parts_* adds to grad_h
+
+template <int V, typename T, typename I, typename FlagH, typename FlagCell, typename Parts = std::integral_constant<int, 0>>
 PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *grad_cell, FlagH has_h,
-                               FlagCell has_cell, const T *gates, const T *old_cell, T *d_gates, T *d_old_cell) {
+                               FlagCell has_cell, const T *gates, const T *old_cell, T *d_gates, T *d_old_cell,
+                               const T *grad_h_parts = nullptr, Parts parts = {}, I part_stride = 0) {
     using A = acc_t<T>;
     const I k = row * state + col, g = row * 3 * state + col;
     const Vec<T, V> gi = load_vec<V>(gates + g), go = load_vec<V>(gates + g + state),
@@ -70,13 +79,25 @@ PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *
     Vec<T, V> gh{}, gcell{};
     if (has_h) gh = load_vec<V>(grad_h + k);
     if (has_cell) gcell = load_vec<V>(grad_cell + k);
+    A d_h[V];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < V; ++j) d_h[j] = has_h ? load(gh.v[j]) : A(0);
+    for (int p = 0; p < int(parts); ++p) {
+        const Vec<T, V> term = load_vec<V>(grad_h_parts + p * part_stride + k);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int j = 0; j < V; ++j) d_h[j] += load(term.v[j]);
+    }
     Vec<T, V> di, dout, dc, dcell;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int j = 0; j < V; ++j) {
         A a_in, a_out, a_cand, a_cell;
-        lltm_backward_math<T>(has_h ? load(gh.v[j]) : A(0), has_cell ? load(gcell.v[j]) : A(0), load(gi.v[j]),
+        lltm_backward_math<T>(d_h[j], has_cell ? load(gcell.v[j]) : A(0), load(gi.v[j]),
                               load(go.v[j]), load(gc.v[j]), load(oc.v[j]), a_in, a_out, a_cand, a_cell);
         di.v[j] = store<T>(a_in);
         dout.v[j] = store<T>(a_out);
@@ -113,6 +134,24 @@ inline prl_status check_lltm_backward_args(const char *fn, const void *gates, co
     PRL_TRY(check_pointer(fn, "old_cell", old_cell, n));
     PRL_TRY(check_pointer(fn, "d_gates", d_gates, n));
     return check_pointer(fn, "d_old_cell", d_old_cell, n);
+}
+
+// prl_lltm_backward_parts_*: grad_h_parts holds `parts` terms of [batch, state] (NULL when
+// there are none); the rest as prl_lltm_backward_* without d_bias.
+inline prl_status check_lltm_backward_parts_args(const char *fn, const void *grad_h_parts, int64_t parts,
+                                                 const void *gates, const void *old_cell, const void *d_gates,
+                                                 const void *d_old_cell, int64_t batch, int64_t state) {
+    PRL_TRY(check_lltm_backward_args(fn, gates, old_cell, d_gates, d_old_cell, nullptr, batch, state));
+    PRL_TRY(check_count(fn, "parts", parts));
+    if (parts > kMaxLltmParts)
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'parts' must be <= %d, got %lld", fn, kMaxLltmParts,
+                    (long long)parts);
+    const int64_t n = batch * state;
+    if (n > 0 && parts > kMaxElements / n)
+        return fail(PRL_ERROR_INVALID_ARGUMENT, "%s: grad_h_parts would hold parts * batch * state elements, more "
+                    "than any buffer can (parts=%lld, batch=%lld, state=%lld)", fn, (long long)parts,
+                    (long long)batch, (long long)state);
+    return check_pointer(fn, "grad_h_parts", grad_h_parts, parts * n);
 }
 
 // The sizes of a whole-sequence call (prl_lltm_sequence_*): each index the kernels form

@@ -1,4 +1,4 @@
-// lltm_cpu.cpp - prl_lltm_forward_cpu, prl_lltm_backward_cpu.
+// lltm_cpu.cpp - prl_lltm_forward_cpu, prl_lltm_backward_cpu, prl_lltm_backward_parts_cpu.
 //
 // Plain row/column loops over the per-column functions of lltm.h (V = 1).  The inner
 // loop has no branches and its pointers are __restrict (the ABI forbids overlapping
@@ -35,6 +35,19 @@ PRL_CPU_CLONES void backward_rows(int64_t batch, int64_t state, const T *__restr
             for (int64_t c = 0; c < 3 * state; ++c) sums[c] += prl::load(d_row[c]);
         }
     }
+}
+
+// grad_h plus `parts` terms (parts >= 1), part_stride = batch * state apart.
+template <typename T, typename FlagH, typename FlagCell>
+PRL_CPU_CLONES void backward_parts_rows(int64_t batch, int64_t state, const T *__restrict grad_h,
+                                        const T *__restrict grad_h_parts, int parts, const T *__restrict grad_cell,
+                                        FlagH has_h, FlagCell has_cell, const T *__restrict gates,
+                                        const T *__restrict old_cell, T *__restrict d_gates,
+                                        T *__restrict d_old_cell) {
+    for (int64_t row = 0; row < batch; ++row)
+        for (int64_t col = 0; col < state; ++col)
+            prl::lltm_backward_cols<1, T, int64_t>(row, col, state, grad_h, grad_cell, has_h, has_cell, gates,
+                                                   old_cell, d_gates, d_old_cell, grad_h_parts, parts, batch * state);
 }
 
 }  // namespace
@@ -76,6 +89,36 @@ extern "C" PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const vo
         else rows(no{}, no{});
         T *bias_out = static_cast<T *>(d_bias);
         for (size_t c = 0; c < sums.size(); ++c) bias_out[c] = prl::store<T>(sums[c]);
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_backward_parts_cpu(const void *grad_h, const void *grad_h_parts, int64_t parts,
+                                                          const void *grad_cell, const void *gates,
+                                                          const void *old_cell, void *d_gates, void *d_old_cell,
+                                                          int64_t batch, int64_t state, int dtype) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(prl::check_lltm_backward_parts_args(fn, grad_h_parts, parts, gates, old_cell, d_gates, d_old_cell, batch,
+                                                state));
+    if (parts == 0) return prl_lltm_backward_cpu(grad_h, grad_cell, gates, old_cell, d_gates, d_old_cell, nullptr,
+                                                 batch, state, dtype);
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        auto rows = [&](auto has_h, auto has_cell) {
+            backward_parts_rows<T>(batch, state, static_cast<const T *>(grad_h),
+                                   static_cast<const T *>(grad_h_parts), (int)parts,
+                                   static_cast<const T *>(grad_cell), has_h, has_cell, static_cast<const T *>(gates),
+                                   static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
+                                   static_cast<T *>(d_old_cell));
+        };
+        using yes = std::true_type;
+        using no = std::false_type;
+        if (grad_h && grad_cell) rows(yes{}, yes{});
+        else if (grad_h) rows(yes{}, no{});
+        else if (grad_cell) rows(no{}, yes{});
+        else rows(no{}, no{});
         return PRL_SUCCESS;
     });
     PRL_API_END

@@ -1,4 +1,4 @@
-// lltm_cuda.cu - prl_lltm_forward_cuda, prl_lltm_backward_cuda.
+// lltm_cuda.cu - prl_lltm_forward_cuda, prl_lltm_backward_cuda, prl_lltm_backward_parts_cuda.
 //
 // The grid-stride loop runs over groups of V consecutive columns of the [batch, state]
 // cell: up to V = 16 / sizeof(T) (one 16-byte access per operand) when state is a
@@ -22,16 +22,19 @@ __global__ void lltm_forward_kernel(const T *__restrict__ gates, const T *__rest
     }
 }
 
+// grad_h_parts: `parts` more terms of the gradient of new_h, part_stride elements apart
+// (prl_lltm_backward_parts_cuda; none for prl_lltm_backward_cuda).
 template <typename T, int V, typename I>
 __global__ void lltm_backward_kernel(const T *__restrict__ grad_h, const T *__restrict__ grad_cell,
                                      const T *__restrict__ gates, const T *__restrict__ old_cell,
-                                     T *__restrict__ d_gates, T *__restrict__ d_old_cell, I groups, I state) {
+                                     T *__restrict__ d_gates, T *__restrict__ d_old_cell, I groups, I state,
+                                     const T *__restrict__ grad_h_parts, int parts, I part_stride) {
     const I groups_per_row = state / V;
     PRL_CUDA_KERNEL_LOOP_TYPE(k, groups, I) {
         const I row = k / groups_per_row;
         prl::lltm_backward_cols<V, T, I>(row, (k - row * groups_per_row) * V, state, grad_h, grad_cell,
                                          grad_h != nullptr, grad_cell != nullptr, gates, old_cell, d_gates,
-                                         d_old_cell);
+                                         d_old_cell, grad_h_parts, parts, part_stride);
     }
 }
 
@@ -95,8 +98,11 @@ template <int V, typename I> struct kernel_tag {
 // 32-bit indices are safe while the largest index (3 * batch * state) plus one grid
 // stride (at most 2^27 threads) stays below 2^32.  (The bias kernel's loops step over
 // rows and tiles, whose counters stay far smaller.)
-bool indices_fit_32bit(int64_t batch, int64_t state) {
-    return 3 * batch * state < (int64_t(1) << 32) - (int64_t(1) << 29);
+// With `parts` terms of [batch, state] added to grad_h (prl_lltm_backward_parts_cuda), the
+// largest index is parts * batch * state.
+bool indices_fit_32bit(int64_t batch, int64_t state, int64_t parts = 0) {
+    const int64_t limit = (int64_t(1) << 32) - (int64_t(1) << 29);
+    return 3 * batch * state < limit && parts * batch * state < limit;
 }
 
 // The pointwise kernels' vector width.  16-byte accesses (V = 16 / sizeof(T)) move the most
@@ -123,11 +129,11 @@ void launch_with_width(int vec, int64_t n, Launch &&launch) {
 }
 
 template <typename T, typename Launch>
-void dispatch_lltm(int64_t batch, int64_t state, bool all_aligned, Launch &&launch) {
+void dispatch_lltm(int64_t batch, int64_t state, bool all_aligned, Launch &&launch, int64_t parts = 0) {
     const int64_t n = batch * state;
     int vec = all_aligned && state % prl::kVec16<T> == 0 ? prl::kVec16<T> : 1;
     while (vec > 1 && n / vec < kPointwiseMinThreads) vec /= 2;
-    if (indices_fit_32bit(batch, state)) launch_with_width<T, uint32_t>(vec, n, launch);
+    if (indices_fit_32bit(batch, state, parts)) launch_with_width<T, uint32_t>(vec, n, launch);
     else launch_with_width<T, int64_t>(vec, n, launch);
 }
 
@@ -200,8 +206,39 @@ extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const v
                     <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, s>>>(
                         static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
                         static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
-                        static_cast<T *>(d_old_cell), (I)groups, (I)state);
+                        static_cast<T *>(d_old_cell), (I)groups, (I)state, nullptr, 0, I(0));
             });
+        });
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, const void *grad_h_parts,
+                                                           int64_t parts, const void *grad_cell, const void *gates,
+                                                           const void *old_cell, void *d_gates, void *d_old_cell,
+                                                           int64_t batch, int64_t state, int dtype, int device,
+                                                           void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(prl::check_lltm_backward_parts_args(fn, grad_h_parts, parts, gates, old_cell, d_gates, d_old_cell, batch,
+                                                state));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (batch * state == 0) return PRL_SUCCESS;
+        return prl::cuda_launch(fn, device, [&] {
+            const bool aligned = all_aligned16({grad_h, grad_h_parts, grad_cell, gates, old_cell, d_gates, d_old_cell});
+            dispatch_lltm<T>(
+                batch, state, aligned,
+                [&](auto tag, int64_t groups) {
+                    using I = typename decltype(tag)::index;
+                    lltm_backward_kernel<T, decltype(tag)::vec, I>
+                        <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                            static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
+                            static_cast<const T *>(gates), static_cast<const T *>(old_cell),
+                            static_cast<T *>(d_gates), static_cast<T *>(d_old_cell), (I)groups, (I)state,
+                            static_cast<const T *>(grad_h_parts), (int)parts, (I)(batch * state));
+                },
+                parts);
         });
     });
     PRL_API_END

@@ -108,6 +108,19 @@ static void test_lltm_cpu(void) {
         gates[i] = saved;
         CHECK(fabs((plus - minus) / 2e-6 - d_gates[i]) < 1e-6);
     }
+    /* grad_h given as a sum: grad_h + parts[0] + parts[1] (= 1 + 0.25 + -0.5) is the backward of 0.75 */
+    double parts[2 * B * S], sum_h[B * S], want_g[B * 3 * S], want_c[B * S];
+    for (int i = 0; i < B * S; ++i) { parts[i] = 0.25; parts[B * S + i] = -0.5; sum_h[i] = 0.75; }
+    CHECK(prl_lltm_backward_cpu(sum_h, grad_cell, gates, old_cell, want_g, want_c, NULL, B, S, PRL_FLOAT64) ==
+          PRL_SUCCESS);
+    CHECK(prl_lltm_backward_parts_cpu(grad_h, parts, 2, grad_cell, gates, old_cell, d_gates, d_cell, B, S,
+                                      PRL_FLOAT64) == PRL_SUCCESS);
+    for (int i = 0; i < B * 3 * S; ++i) CHECK(d_gates[i] == want_g[i]);
+    for (int i = 0; i < B * S; ++i) CHECK(d_cell[i] == want_c[i]);
+    EXPECT_ERROR(prl_lltm_backward_parts_cpu(grad_h, NULL, 2, grad_cell, gates, old_cell, d_gates, d_cell, B, S,
+                                             PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'grad_h_parts'");
+    EXPECT_ERROR(prl_lltm_backward_parts_cpu(grad_h, parts, 65, grad_cell, gates, old_cell, d_gates, d_cell, B, S,
+                                             PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'parts'");
     /* NULL gradients mean zero */
     CHECK(prl_lltm_backward_cpu(NULL, NULL, gates, old_cell, d_gates, d_cell, NULL, B, S, PRL_FLOAT64) == PRL_SUCCESS);
     for (int i = 0; i < B * 3 * S; ++i) CHECK(d_gates[i] == 0.0);
@@ -262,6 +275,10 @@ static void test_errors(void) {
         CHECK(prl_lltm_forward_cuda(NULL, NULL, NULL, NULL, 0, 5, PRL_FLOAT16, -1, NULL) == PRL_SUCCESS);
         EXPECT_ERROR(prl_lltm_backward_cuda(NULL, NULL, x, x, y, NULL, NULL, 1, 1, PRL_FLOAT32, -1, NULL),
                      PRL_ERROR_INVALID_ARGUMENT, "'d_old_cell'");
+        EXPECT_ERROR(prl_lltm_backward_parts_cuda(NULL, NULL, -1, NULL, x, x, y, y, 1, 1, PRL_FLOAT32, -1, NULL),
+                     PRL_ERROR_INVALID_ARGUMENT, "'parts'");
+        CHECK(prl_lltm_backward_parts_cuda(NULL, NULL, 3, NULL, NULL, NULL, NULL, NULL, 0, 5, PRL_FLOAT16, -1, NULL) ==
+              PRL_SUCCESS);
         EXPECT_ERROR(prl_lltm_sequence_cuda_fits(1, 1, PRL_FLOAT32, -1, NULL), PRL_ERROR_INVALID_ARGUMENT, "'fits'");
         EXPECT_ERROR(prl_lltm_sequence_forward_cuda(x, x, 0, x, x, y, y, y, 2, 1, 1, PRL_FLOAT32, -1, NULL),
                      PRL_ERROR_INVALID_ARGUMENT, "'ldw'");
@@ -287,6 +304,8 @@ static void test_errors(void) {
                      "prl_lltm_forward_cuda");
         EXPECT_ERROR(prl_lltm_backward_cuda(x, x, x, x, y, y, NULL, 1, 1, PRL_FLOAT32, 0, NULL),
                      PRL_ERROR_CUDA_NOT_COMPILED, "prl_lltm_backward_cuda");
+        EXPECT_ERROR(prl_lltm_backward_parts_cuda(x, NULL, 0, x, x, x, y, y, 1, 1, PRL_FLOAT32, 0, NULL),
+                     PRL_ERROR_CUDA_NOT_COMPILED, "prl_lltm_backward_parts_cuda");
     }
 }
 
