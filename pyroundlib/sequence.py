@@ -342,6 +342,7 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
     chunk = 3 * state // parts
     w_parts = w_h.view(parts, chunk, state)
     dg = d_gates.unbind(0)
+    dg_parts = d_gates.view(steps, batch, parts, chunk).transpose(1, 2).unbind(0)  # each [parts, B, chunk]
     g_ptr, dg_ptr, c_ptr = _pointers(gates), _pointers(d_gates), [c0.data_ptr()] + _pointers(cells)[:-1]
     go_ptr, terms_ptr = _pointers(grad_output), terms.data_ptr()
     # d_cell alternates between two buffers (a kernel's input and output must not overlap);
@@ -357,7 +358,7 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
         elif parts == 1:
             torch.mm(dg[t], w_h, out=terms[0])
         else:
-            torch.bmm(dg[t].view(batch, parts, chunk).transpose(0, 1), w_parts, out=terms)
+            torch.bmm(dg_parts[t], w_parts, out=terms)
         d_cell_in = d_cell_out
     _gradients_of_all_steps(d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
 

@@ -50,6 +50,18 @@ PRL_CPU_CLONES void backward_parts_rows(int64_t batch, int64_t state, const T *_
                                                    old_cell, d_gates, d_old_cell, grad_h_parts, parts, batch * state);
 }
 
+// Calls rows(has_h, has_cell) with std::true_type / std::false_type for whether grad_h and
+// grad_cell are given, so each combination gets a loop without branches.
+template <typename Rows>
+void with_gradient_flags(const void *grad_h, const void *grad_cell, Rows &&rows) {
+    using yes = std::true_type;
+    using no = std::false_type;
+    if (grad_h && grad_cell) rows(yes{}, yes{});
+    else if (grad_h) rows(yes{}, no{});
+    else if (grad_cell) rows(no{}, yes{});
+    else rows(no{}, no{});
+}
+
 }  // namespace
 
 extern "C" PRL_API prl_status prl_lltm_forward_cpu(const void *gates, const void *old_cell, void *new_h,
@@ -81,12 +93,7 @@ extern "C" PRL_API prl_status prl_lltm_backward_cpu(const void *grad_h, const vo
                              static_cast<T *>(d_gates), static_cast<T *>(d_old_cell),
                              d_bias != nullptr ? sums.data() : nullptr);
         };
-        using yes = std::true_type;
-        using no = std::false_type;
-        if (grad_h && grad_cell) rows(yes{}, yes{});
-        else if (grad_h) rows(yes{}, no{});
-        else if (grad_cell) rows(no{}, yes{});
-        else rows(no{}, no{});
+        with_gradient_flags(grad_h, grad_cell, rows);
         T *bias_out = static_cast<T *>(d_bias);
         for (size_t c = 0; c < sums.size(); ++c) bias_out[c] = prl::store<T>(sums[c]);
         return PRL_SUCCESS;
@@ -113,12 +120,7 @@ extern "C" PRL_API prl_status prl_lltm_backward_parts_cpu(const void *grad_h, co
                                    static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
                                    static_cast<T *>(d_old_cell));
         };
-        using yes = std::true_type;
-        using no = std::false_type;
-        if (grad_h && grad_cell) rows(yes{}, yes{});
-        else if (grad_h) rows(yes{}, no{});
-        else if (grad_cell) rows(no{}, yes{});
-        else rows(no{}, no{});
+        with_gradient_flags(grad_h, grad_cell, rows);
         return PRL_SUCCESS;
     });
     PRL_API_END

@@ -143,6 +143,25 @@ bool all_aligned16(std::initializer_list<const void *> pointers) {
     return true;
 }
 
+// The backward kernel over a [batch, state] cell (batch * state > 0), the gradient of new_h
+// being grad_h plus `parts` terms of grad_h_parts (none: parts = 0).
+template <typename T>
+void launch_backward(const void *grad_h, const void *grad_h_parts, int64_t parts, const void *grad_cell,
+                     const void *gates, const void *old_cell, void *d_gates, void *d_old_cell, int64_t batch,
+                     int64_t state, cudaStream_t stream) {
+    const bool aligned = all_aligned16({grad_h, grad_h_parts, grad_cell, gates, old_cell, d_gates, d_old_cell});
+    dispatch_lltm<T>(
+        batch, state, aligned,
+        [&](auto tag, int64_t groups) {
+            using I = typename decltype(tag)::index;
+            lltm_backward_kernel<T, decltype(tag)::vec, I><<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, stream>>>(
+                static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell), static_cast<const T *>(gates),
+                static_cast<const T *>(old_cell), static_cast<T *>(d_gates), static_cast<T *>(d_old_cell), (I)groups,
+                (I)state, static_cast<const T *>(grad_h_parts), (int)parts, (I)(batch * state));
+        },
+        parts);
+}
+
 }  // namespace
 
 extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const void *old_cell, void *new_h,
@@ -199,15 +218,7 @@ extern "C" PRL_API prl_status prl_lltm_backward_cuda(const void *grad_h, const v
                 else launch(int64_t{});
                 return;
             }
-            const bool aligned = all_aligned16({grad_h, grad_cell, gates, old_cell, d_gates, d_old_cell});
-            dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
-                using I = typename decltype(tag)::index;
-                lltm_backward_kernel<T, decltype(tag)::vec, I>
-                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, s>>>(
-                        static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
-                        static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(d_gates),
-                        static_cast<T *>(d_old_cell), (I)groups, (I)state, nullptr, 0, I(0));
-            });
+            launch_backward<T>(grad_h, nullptr, 0, grad_cell, gates, old_cell, d_gates, d_old_cell, batch, state, s);
         });
     });
     PRL_API_END
@@ -226,19 +237,8 @@ extern "C" PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, c
         using T = typename decltype(tag)::type;
         if (batch * state == 0) return PRL_SUCCESS;
         return prl::cuda_launch(fn, device, [&] {
-            const bool aligned = all_aligned16({grad_h, grad_h_parts, grad_cell, gates, old_cell, d_gates, d_old_cell});
-            dispatch_lltm<T>(
-                batch, state, aligned,
-                [&](auto tag, int64_t groups) {
-                    using I = typename decltype(tag)::index;
-                    lltm_backward_kernel<T, decltype(tag)::vec, I>
-                        <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-                            static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell),
-                            static_cast<const T *>(gates), static_cast<const T *>(old_cell),
-                            static_cast<T *>(d_gates), static_cast<T *>(d_old_cell), (I)groups, (I)state,
-                            static_cast<const T *>(grad_h_parts), (int)parts, (I)(batch * state));
-                },
-                parts);
+            launch_backward<T>(grad_h, grad_h_parts, parts, grad_cell, gates, old_cell, d_gates, d_old_cell, batch,
+                               state, static_cast<cudaStream_t>(stream));
         });
     });
     PRL_API_END
