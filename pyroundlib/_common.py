@@ -5,6 +5,7 @@ import inspect
 import os
 
 import torch
+from torch.autograd import forward_ad
 
 from . import _ffi
 
@@ -118,6 +119,19 @@ def exporting() -> bool:
     if is_exporting is not None:
         return is_exporting()
     return torch.compiler.is_compiling() and not torch.compiler.is_dynamo_compiling()
+
+
+def has_tangent(tensors) -> bool:
+    """Whether any of ``tensors`` carries a forward-mode tangent at the current level
+    (``torch.func.jvp``, ``jacfwd``, ``torch.autograd.forward_ad``): the public
+    ``forward_ad.unpack_dual``, ~0.3 us a tensor.
+
+    The entry points then compute in differentiable torch ops instead of through their
+    autograd Function.  A Function's ``jvp`` is right to first order, but torch loses the
+    higher orders: nested forward mode (``jvp`` of ``jvp``, ``jacfwd(jacfwd(f))``) through
+    any autograd.Function gives zero second-order tangents, silently
+    (pytorch/pytorch#197867).  Torch's own forward-mode formulas compose to any order."""
+    return any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
 def function_for(op, traced, eager):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_composite,
-                      define_op, function_for, ptr, signature_once)
+                      define_op, function_for, has_tangent, ptr, signature_once)
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -105,6 +105,13 @@ def _activations(gates: Tensor, old_cell: Tensor):
     tanh_cell = torch.tanh(old_cell + candidate * input_gate)
     d_elu = torch.where(g_cand > 0, torch.ones_like(g_cand), torch.exp(g_cand))
     return input_gate, output_gate, candidate, tanh_cell, d_elu
+
+
+def _pointwise_differentiable(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
+    """(new_h, new_cell) in torch ops: what the entry points compute under forward mode
+    (``has_tangent``), and the sequence's differentiable twin per step."""
+    i, o, cand, tanh_cell, _ = _activations(gates, old_cell)
+    return tanh_cell * o, old_cell + cand * i
 
 
 def _backward_differentiable(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,
@@ -279,6 +286,8 @@ def _lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_
     if not _lltm_args_ok(input, weights, bias, old_h, old_cell):
         _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
     gates = F.linear(torch.cat([old_h, input], dim=1), weights, bias)  # addmm(bias, X, weights.t())
+    if has_tangent((gates, old_cell)):  # forward mode: torch's formulas, right to any order
+        return _pointwise_differentiable(gates, old_cell)
     return pointwise(gates, old_cell)
 
 

@@ -18,7 +18,7 @@ Layers:
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, check_tensor, define_op, function_for, signature_once
+from ._common import DTYPE_CODES, Kernel, check_tensor, define_op, function_for, has_tangent, signature_once
 
 _round_kernel = Kernel("round")
 
@@ -107,6 +107,8 @@ def round_ste(x: Tensor) -> Tensor:
     jacfwd), autocast (x keeps its dtype), torch.compile, export and TorchScript.
     """
     check_tensor("x", x)  # raises for bad input, naming x
+    if has_tangent((x,)):  # forward mode: the idiom in torch ops (under torch.compile the op's tangent is lost)
+        return x + (torch.round(x) - x).detach()
     return function_for(torch.ops.pyroundlib.round_ste.default, _RoundSTENoJvp, RoundSTEFunction)(x)
 
 

@@ -39,8 +39,8 @@ from torch import Tensor
 
 from . import _ffi, _threads, graphs
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_op,
-                      function_for, ptr, signature_once)
-from .lltm import (LLTMParameters, _activations, _backward_differentiable, _forward_kernel,
+                      function_for, has_tangent, ptr, signature_once)
+from .lltm import (LLTMParameters, _backward_differentiable, _forward_kernel, _pointwise_differentiable,
                    _pointwise_jvp)
 
 
@@ -432,25 +432,29 @@ define_op("lltm_sequence_backward(Tensor grad_output, Tensor? grad_c_n, Tensor i
 # ---- differentiable twins (double backward, torch.func) -------------------------------------------
 
 def _recompute(input, weights, bias, h0, c0):
-    """The forward in torch ops, keeping each step's gates and old cell: a graph autograd can
-    differentiate again."""
+    """The forward in torch ops: each step's new_h, old cell and gates, and the last cell.
+    A graph autograd can differentiate again, and forward mode to any order."""
     hs, cs, gates = [], [], []
     h, c = h0, c0
     for x in input.unbind(0):
         g = F.linear(torch.cat([h, x], dim=1), weights, bias)
-        i, o, cand, tanh_cell, _ = _activations(g, c)
         gates.append(g)
         cs.append(c)
-        c = c + cand * i
-        h = tanh_cell * o
+        h, c = _pointwise_differentiable(g, c)
         hs.append(h)
-    return hs, cs, gates
+    return hs, cs, gates, c
+
+
+def _sequence_differentiable(input, weights, bias, h0, c0):
+    """lltm_sequence's results in torch ops: what it computes under forward mode (``has_tangent``)."""
+    hs, _, _, c_n = _recompute(input, weights, bias, h0, c0)
+    return torch.stack(hs), (hs[-1], c_n)
 
 
 def _sequence_backward_differentiable(grad_output, grad_c_n, input, weights, bias, h0, c0):
     """The backward loop in torch ops (the pointwise step: the cell's differentiable twin)."""
     state = h0.shape[1]
-    hs, cs, gates = _recompute(input, weights, bias, h0, c0)
+    hs, cs, gates, _ = _recompute(input, weights, bias, h0, c0)
     w_h, w_x = weights[:, :state], weights[:, state:]
     d_h, d_c = torch.zeros_like(h0), grad_c_n  # None: zero
     d_gates = [None] * len(gates)
@@ -606,6 +610,9 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
             and isinstance(h0, Tensor) and isinstance(c0, Tensor)) or input.dim() != 3 or input.shape[0] == 0:
         _check_sequence_args(input, weights, bias, h0, c0)
         return input.new_empty(0, input.shape[1], h0.shape[1]), (h0, c0)
+    if has_tangent((input, weights, bias, h0, c0)):  # forward mode: torch's formulas, right to any order
+        _check_sequence_args(input, weights, bias, h0, c0)
+        return _sequence_differentiable(input, weights, bias, h0, c0)
     output, c_n, _, _ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
                                      LLTMSequenceFunction)(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)

@@ -92,6 +92,36 @@ def test_torch_func_inside_compiled_code(device, transform):
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("entry", ["round_ste", "lltm_cell", "lltm_sequence"])
+def test_forward_mode_inside_compiled_code(device, entry):
+    """torch.func.jvp inside torch.compile (fullgraph): the tangents of the eager reference.
+    There the op a Function's forward calls loses its tangent (torch 2.13 and 2.14.1 give
+    zeros, silently), so under forward mode the entry points compute in torch ops."""
+    from pyroundlib.reference import lltm_cell_reference, round_ste_reference
+
+    def sequence_reference(x, weights, bias, h, c):
+        outs = []
+        for step in x.unbind(0):
+            h, c = lltm_cell_reference(step, weights, bias, h, c)
+            outs.append(h)
+        return torch.stack(outs), c
+
+    f64 = dict(device=device, dtype=torch.float64)
+    cell_args = tuple(torch.randn(*shape, **f64) for shape in ((3, 4), (15, 9), (15,), (3, 5), (3, 5)))
+    fns = {"round_ste": (lambda x: pyroundlib.round_ste(x * 3), lambda x: round_ste_reference(x * 3),
+                         (torch.randn(20, **f64),)),
+           "lltm_cell": (pyroundlib.lltm_cell, lltm_cell_reference, cell_args),
+           "lltm_sequence": (lambda x, w, b, h, c: (lambda o, s: (o, s[1]))(*pyroundlib.lltm_sequence(x, w, b, (h, c))),
+                             sequence_reference, (torch.randn(2, 3, 4, **f64),) + cell_args[1:])}
+    ours, reference, args = fns[entry]
+    tangents = tuple(torch.randn_like(a) for a in args)
+    want = torch.func.jvp(reference, args, tangents)
+    torch._dynamo.reset()
+    got = torch.compile(lambda a, t: torch.func.jvp(ours, a, t), fullgraph=True)(args, tangents)
+    assert all(w.abs().sum() > 0 for w in (want[1] if isinstance(want[1], tuple) else (want[1],)))
+    torch.testing.assert_close(got, want)
+
+
 @requires_cuda
 def test_compile_reduce_overhead_cuda():
     # CUDA graphs: a kernel launched on the wrong stream gives silently wrong results here

@@ -191,6 +191,34 @@ def test_forward_mode(device):
     torch.testing.assert_close(func.jacfwd(ours, argnums=ARGNUMS)(*args), func.jacfwd(reference, argnums=ARGNUMS)(*args))
 
 
+def nested_jvp(fn, args, outer, inner):
+    """The second-order forward-mode derivative of fn along (inner, outer): jvp of a jvp."""
+    return func.jvp(lambda *a: func.jvp(fn, a, inner)[1], tuple(args), outer)[1]
+
+
+def test_forward_over_forward(device):
+    """Second order in forward mode (jvp of jvp, jacfwd of jacfwd) as the reference's: torch
+    gives zero second-order tangents through an autograd Function's jvp (pytorch#197867),
+    so under forward mode lltm_sequence computes in torch ops."""
+    args = seq_args(3, 2, 3, 4, torch.float64, device, requires_grad=False)
+    outer, inner = (tuple(torch.randn_like(a) for a in args) for _ in range(2))
+    want = nested_jvp(reference, args, outer, inner)
+    assert all(w.abs().sum() > 0 for w in want)
+    torch.testing.assert_close(nested_jvp(ours, args, outer, inner), want)
+    loss = lambda fn: lambda x: weighted_loss(fn(x, *args[1:]))  # noqa: E731
+    torch.testing.assert_close(func.jacfwd(func.jacfwd(loss(ours)))(args[0]),
+                               func.jacrev(func.jacrev(loss(reference)))(args[0]))
+
+
+def test_function_jvp_first_order(device):
+    """LLTMSequenceFunction's own jvp (the entry point computes forward mode in torch ops)."""
+    args = seq_args(3, 2, 3, 4, torch.float64, device, requires_grad=False)
+    tangents = tuple(torch.randn_like(a) for a in args)
+    got = func.jvp(lambda *a: sequence.LLTMSequenceFunction.apply(*a)[:2], tuple(args), tangents)
+    want = func.jvp(lambda *a: reference(*a)[::2], tuple(args), tangents)
+    torch.testing.assert_close(got, want)
+
+
 def test_func_grad_and_jacrev(device):
     args = seq_args(3, 2, 3, 4, torch.float64, device, requires_grad=False)
     loss = lambda fn: lambda *a: weighted_loss(fn(*a))  # noqa: E731

@@ -135,6 +135,41 @@ def test_func_jvp_lltm(device):
     torch.testing.assert_close(got, want)
 
 
+def test_forward_over_forward_lltm(device):
+    """Second order in forward mode (jvp of jvp, jacfwd of jacfwd) as the reference's: torch
+    gives zero second-order tangents through an autograd Function's jvp (pytorch#197867),
+    so under forward mode lltm_cell computes its pointwise step in torch ops."""
+    args = lltm_args(device)
+    outer, inner = (tuple(torch.randn_like(a) for a in args) for _ in range(2))
+
+    def nested(cell):
+        return func.jvp(lambda *a: func.jvp(cell, a, inner)[1], tuple(args), outer)[1]
+
+    want = nested(lltm_cell_reference)
+    assert all(w.abs().sum() > 0 for w in want)
+    torch.testing.assert_close(nested(pyroundlib.lltm_cell), want)
+    loss = lambda cell: lambda x: both_outputs(cell)(x, *args[1:])  # noqa: E731
+    torch.testing.assert_close(func.jacfwd(func.jacfwd(loss(pyroundlib.lltm_cell)))(args[0]),
+                               func.jacrev(func.jacrev(loss(lltm_cell_reference)))(args[0]))
+
+
+def test_functions_jvp_first_order(device):
+    """The Functions' own jvp (the entry points compute forward mode in torch ops)."""
+    x, t = rounding_input(device), torch.randn(24, dtype=torch.float64, device=device)
+    assert torch.equal(func.jvp(pyroundlib.RoundSTEFunction.apply, (x,), (t,))[1], t)
+    gates, old_cell = (torch.randn(3, 12, dtype=torch.float64, device=device), torch.randn(3, 4, dtype=torch.float64,
+                                                                                             device=device))
+    tangents = (torch.randn_like(gates), torch.randn_like(old_cell))
+
+    def pointwise_reference(g, c):
+        i, o, cand = torch.sigmoid(g[:, :4]), torch.sigmoid(g[:, 4:8]), torch.nn.functional.elu(g[:, 8:])
+        new_cell = c + cand * i
+        return torch.tanh(new_cell) * o, new_cell
+
+    torch.testing.assert_close(func.jvp(pyroundlib.LLTMPointwiseFunction.apply, (gates, old_cell), tangents),
+                               func.jvp(pointwise_reference, (gates, old_cell), tangents))
+
+
 @pytest.mark.parametrize("in_dims", [(0, None, None, 0, 0), (1, None, None, None, 0), (0, 0, 0, 0, 0)],
                          ids=["batched-data", "mixed-dims", "batched-weights"])
 def test_func_vmap_lltm(device, in_dims):
