@@ -110,8 +110,9 @@ def _activations(gates: Tensor, old_cell: Tensor):
 def _pointwise_differentiable(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """(new_h, new_cell) in torch ops: what the entry points compute under forward mode
     (``has_tangent``), and the sequence's differentiable twin per step."""
-    i, o, cand, tanh_cell, _ = _activations(gates, old_cell)
-    return tanh_cell * o, old_cell + cand * i
+    g_in, g_out, g_cand = gates.chunk(3, dim=1)
+    new_cell = old_cell + F.elu(g_cand) * torch.sigmoid(g_in)
+    return torch.tanh(new_cell) * torch.sigmoid(g_out), new_cell
 
 
 def _backward_differentiable(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], gates: Tensor,

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ._common import DTYPE_CODES, Kernel, check_tensor, define_op, function_for, has_tangent, signature_once
+from .reference import round_ste_reference
 
 _round_kernel = Kernel("round")
 
@@ -108,7 +109,7 @@ def round_ste(x: Tensor) -> Tensor:
     """
     check_tensor("x", x)  # raises for bad input, naming x
     if has_tangent((x,)):  # forward mode: the idiom in torch ops (under torch.compile the op's tangent is lost)
-        return x + (torch.round(x) - x).detach()
+        return round_ste_reference(x)
     return function_for(torch.ops.pyroundlib.round_ste.default, _RoundSTENoJvp, RoundSTEFunction)(x)
 
 
