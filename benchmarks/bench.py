@@ -231,11 +231,6 @@ def run_case(case: Case, device: torch.device, rounds: int, round_seconds: float
     return Result(case.name, case.group, medians, ratios, gbps, rounds, reps, times)
 
 
-def case_rounds(case: Case, rounds: int) -> int:
-    """Sequence cases take milliseconds a call: 11 rounds at most keep the run short."""
-    return min(rounds, 11) if case.group.startswith("sequence") else rounds
-
-
 # ---- cases -----------------------------------------------------------------------------------
 
 def round_cases(device, numel, dtype, compiled_idiom):
@@ -558,7 +553,7 @@ def run_cases(cases, device, rounds, round_seconds, notes) -> dict[str, Result]:
         with contextlib.ExitStack() as stack:
             for owner, name, value in case.settings:
                 notes.append(dict(stack.enter_context(setting(owner, name, value)), case=case.name))
-            results[case.name] = run_case(case, on, case_rounds(case, rounds), round_seconds)
+            results[case.name] = run_case(case, on, rounds, round_seconds)
         print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
               flush=True)
     return results

@@ -38,8 +38,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _ffi, _threads, graphs
-from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_op,
-                      function_for, has_tangent, ptr, signature_once)
+from ._common import (DTYPE_CODES, ClassicFirst, Kernel, autocast_cast, check_like, check_shape, check_tensor,
+                      define_op, function_for, has_tangent, ptr, signature_once)
 from .lltm import (LLTMParameters, _backward_differentiable, _forward_kernel, _pointwise_differentiable,
                    _pointwise_jvp)
 
@@ -565,6 +565,28 @@ class LLTMSequenceFunction(_LLTMSequenceNoJvp):
         return _vmap_sequence(LLTMSequenceFunction, info, in_dims, input, weights, bias, h0, c0)
 
 
+class _LLTMSequenceClassic(torch.autograd.Function):
+    """LLTMSequenceFunction in the classic style (``forward(ctx, ...)``), which eager mode
+    applies wherever no torch.func transform is active (``ClassicFirst``): it returns output
+    and c_n only and saves the cells and gates it needs itself.  The same op, the same
+    backward, the same bits.  ``started``: see ``ClassicFirst``."""
+
+    @staticmethod
+    def forward(ctx, input, weights, bias, h0, c0, started):
+        started.append(True)
+        output, c_n, cells, gates = torch.ops.pyroundlib.lltm_sequence_forward_no_autograd(input, weights, bias, h0, c0)
+        ctx.save_for_backward(input, weights, bias, h0, c0, output, cells, gates)
+        ctx.set_materialize_grads(False)  # as _setup: an output without a gradient arrives as None
+        return output, c_n
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_c_n):
+        return (*_backward(ctx, grad_output, grad_c_n), None)
+
+
+_EAGER = ClassicFirst(_LLTMSequenceClassic, LLTMSequenceFunction)
+
+
 def _vmap_sequence(function, info, in_dims, input, weights, bias, h0, c0):
     """vmap: with shared weights the vmapped dimension folds into the batch; with batched
     weights (an ensemble), one sequence per set of weights."""
@@ -613,8 +635,8 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
     if has_tangent((input, weights, bias, h0, c0)):  # forward mode: torch's formulas, right to any order
         _check_sequence_args(input, weights, bias, h0, c0)
         return _sequence_differentiable(input, weights, bias, h0, c0)
-    output, c_n, _, _ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
-                                     LLTMSequenceFunction)(input, weights, bias, h0, c0)
+    output, c_n, *_ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
+                                   _EAGER)(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)
 
 

@@ -1,5 +1,5 @@
-"""A 2-process DistributedDataParallel (NCCL) training run of a small model using LLTM
-and RoundSTE; launched by tests/test_distributed.py through torch.distributed.run.
+"""A 2-process DistributedDataParallel (NCCL) training run of a small model using LLTM,
+LLTMLayer and RoundSTE; launched by tests/test_distributed.py through torch.distributed.run.
 
 Each rank takes its half of every (seeded) batch; rank 0 saves the final parameters.
 `python tests/distributed_step.py --single OUT` runs the same steps in one process on the
@@ -19,6 +19,7 @@ class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.cell = pyroundlib.LLTM(FEATURES, STATE)
+        self.layer = pyroundlib.LLTMLayer(FEATURES, STATE)
         self.encode = torch.nn.Linear(STATE, BITS)
         self.binarise = pyroundlib.RoundSTE()
         self.decode = torch.nn.Linear(BITS, CLASSES)
@@ -28,7 +29,8 @@ class Net(torch.nn.Module):
         c = torch.zeros_like(h)
         for x in seq:
             h, c = self.cell(x, (h, c))
-        return self.decode(self.binarise(torch.sigmoid(self.encode(h))))
+        output, (h_n, c_n) = self.layer(seq)  # the whole sequence as one autograd node
+        return self.decode(self.binarise(torch.sigmoid(self.encode(h + output.mean(0) + h_n * c_n))))
 
 
 def make_model(device):

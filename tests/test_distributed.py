@@ -1,5 +1,5 @@
-"""Several GPUs: a 2-process DistributedDataParallel (NCCL) training run with LLTM and
-RoundSTE ends with the same parameters as one process on the concatenated batches."""
+"""Several GPUs: a 2-process DistributedDataParallel (NCCL) training run with LLTM,
+LLTMLayer and RoundSTE ends with the same parameters as one process on the concatenated batches."""
 import subprocess
 import sys
 from pathlib import Path

@@ -247,6 +247,73 @@ def test_forward_signatures_bind_as_inspect_does():
             assert str(got.value) == str(expected.value)
 
 
+class ClassicDouble(torch.autograd.Function):
+    """A classic-style Function as ClassicFirst applies it: x -> 2x, recording its calls."""
+    calls = []
+
+    @staticmethod
+    def forward(ctx, x, started):
+        started.append(True)
+        ClassicDouble.calls.append("classic")
+        if x.dtype == torch.int64:
+            raise RuntimeError("an error of the forward's own")
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, None
+
+
+class GeneralDouble(torch.autograd.Function):
+    """The same in the style torch.func needs."""
+
+    @staticmethod
+    def forward(x):
+        ClassicDouble.calls.append("general")
+        if x.dtype == torch.int64:
+            raise RuntimeError("an error of the forward's own")
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return GeneralDouble.apply(x), in_dims[0]
+
+
+def test_classic_first_falls_back_only_where_torch_func_refuses():
+    """ClassicFirst applies the classic-style Function in eager mode, the general one under
+    each torch.func transform (where Function.apply refuses the classic one before its
+    forward runs), and lets an error of the classic forward's own through unchanged."""
+    double = _common.ClassicFirst(ClassicDouble, GeneralDouble)
+    calls = ClassicDouble.calls
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    calls.clear()
+    y = double.apply(x)
+    assert calls == ["classic"] and type(y.grad_fn).__name__ == "ClassicDoubleBackward"
+    assert torch.equal(torch.autograd.grad(y.sum(), x)[0], torch.full_like(x, 2))
+    for transform, want in ((lambda f: torch.func.grad(lambda t: f(t).sum())(x.detach()), torch.full_like(x, 2)),
+                            (lambda f: torch.func.vmap(f)(x.detach()), 2 * x.detach()),
+                            (lambda f: torch.func.jacrev(f)(x.detach()), 2 * torch.eye(4, dtype=x.dtype))):
+        calls.clear()
+        assert torch.equal(transform(double.apply), want)
+        assert calls == ["general"]
+    calls.clear()
+    with pytest.raises(RuntimeError, match="an error of the forward's own") as raised:
+        double.apply(torch.arange(3))
+    assert calls == ["classic"] and raised.value.__context__ is None
+    calls.clear()
+    with pytest.raises(RuntimeError, match="an error of the forward's own") as raised:
+        torch.func.vmap(double.apply)(torch.arange(3).unsqueeze(1))
+    assert calls == ["general"] and raised.value.__context__ is None  # no "During handling of..." chain
+
+
 def test_functions_applied_directly_check_through_the_ops():
     """Outside round_ste / lltm_cell the Functions' forwards run the custom ops, which check."""
     for function in (round_module.RoundSTEFunction, round_module._RoundSTENoJvp):

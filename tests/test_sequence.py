@@ -310,6 +310,34 @@ def test_eager_calls_run_the_forward_op_without_its_autograd_formula(device):
                                torch.autograd.grad(weighted_loss(want), args))
 
 
+def test_eager_applies_the_classic_style_function(device, monkeypatch):
+    """Eager mode applies the classic-style Function (two outputs, its intermediates saved by
+    itself), torch.func transforms LLTMSequenceFunction.  Same op, same backward: the same
+    bits as LLTMSequenceFunction applied in eager mode, double backward included; torch.func's
+    grad and vmap get the reference's answer."""
+    args = seq_args(5, 3, 4, 6, torch.float64, device)
+
+    def run():
+        outs = ours(*args)
+        grads = torch.autograd.grad(weighted_loss(outs), args, create_graph=True)
+        return outs, grads, torch.autograd.grad(sum(g.sum() for g in grads), args)
+
+    classic = run()
+    assert type(classic[0][0].grad_fn).__name__ == "_LLTMSequenceClassicBackward"
+    with monkeypatch.context() as patch:
+        patch.setattr(sequence, "_EAGER", pyroundlib.LLTMSequenceFunction)
+        general = run()
+    assert type(general[0][0].grad_fn).__name__ == "LLTMSequenceFunctionBackward"
+    for a, b in zip((*classic[0], *classic[1], *classic[2]), (*general[0], *general[1], *general[2])):
+        assert torch.equal(a, b)
+    got = func.grad(lambda w: weighted_loss(ours(args[0], w, *args[2:])))(args[1])
+    want = torch.autograd.grad(weighted_loss(reference(*args)), args[1])[0]
+    torch.testing.assert_close(got, want)
+    batched = [a.detach().unsqueeze(0).expand(2, *a.shape) for a in args]
+    for got, want in zip(func.vmap(ours)(*batched), reference(*[a.detach() for a in args])):
+        torch.testing.assert_close(got, want.unsqueeze(0).expand_as(got))
+
+
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 def test_export_records_the_differentiable_op(strict):
     """An exported program calls the forward op that carries its autograd formula, so it can be
@@ -800,8 +828,23 @@ def test_persistent_forward_writes_every_element(steps, batch):
 
 
 @requires_two_gpus
-def test_second_device_while_first_is_current():
-    args = seq_args(4, 3, 4, 8, torch.float32, "cuda:1")
-    with torch.cuda.device(0):
-        for _ in range(3):
+@pytest.mark.parametrize("route", ["1", "0", "fused"])
+def test_second_device_while_first_is_current(monkeypatch, route):
+    """Each CUDA route (persistent, step by step replayed from CUDA graphs, fused) on cuda:1
+    while cuda:0 is current, one shape on both devices in turn: the library launches on the
+    tensors' device and leaves the caller's current, and what is kept per device (the route,
+    whether the kernels fit, the graphs and their memory pool) does not mix the two."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    torch.cuda.set_device(0)
+    for device in ("cuda:1", "cuda:0", "cuda:1"):
+        args = seq_args(6, 3, 4, 8, torch.float32, device)
+        check_against_reference(args, TOLERANCES[torch.float32])
+        check_repeatable(args)  # the same tensors again: step by step, a graph replay
+        assert torch.cuda.current_device() == 0
+    with torch.cuda.device(1):  # cuda:1's tensors from a stream of cuda:1 that is not its default
+        stream = torch.cuda.Stream()
+        args = seq_args(6, 3, 4, 8, torch.float32, "cuda:1")
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
             check_against_reference(args, TOLERANCES[torch.float32])
+        torch.cuda.current_stream().wait_stream(stream)
