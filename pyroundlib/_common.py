@@ -168,7 +168,8 @@ class ClassicFirst:
     intermediates itself and return only what the caller gets; torch.func requires saved
     intermediates to be outputs.  What it saves a call is torch's host time: no second
     Python call (``setup_context``) with the binding of its arguments, fewer outputs to wrap
-    (~5% of a small sequence's call on the H100 machine; benchmarks/NOTES.md)."""
+    (~4% of a small sequence's call on the H100 machine, 0.91-1.01 in twelve interleaved runs;
+    benchmarks/NOTES.md)."""
 
     __slots__ = ("classic", "general")
 
