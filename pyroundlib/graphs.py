@@ -77,10 +77,20 @@ def buffers(t: torch.Tensor):
     return _use_mem_pool(pool, index)
 
 
-def _capture(loop, tensors, device) -> "torch.cuda.CUDAGraph":
+_capture_streams: dict = {}  # device index -> the side stream captures on that device run on
+
+
+def _capture(loop, tensors, device: torch.device) -> "torch.cuda.CUDAGraph":
+    """``loop(*tensors)`` captured into a new graph, on a side stream of the tensors' own
+    device: ``torch.cuda.graph``'s default capture stream is made once, on whichever device
+    was current at the process's first capture, and a capture for another device on it would
+    record nothing (torch warns "The CUDA Graph is empty") while the loop ran uncaptured.
+    thread_local: other threads may run CUDA work meanwhile.  The caller holds ``_lock``."""
+    stream = _capture_streams.get(device.index)
+    if stream is None:
+        stream = _capture_streams[device.index] = torch.cuda.Stream(device)
     graph = torch.cuda.CUDAGraph()
-    # on the tensors' device; thread_local: other threads may run CUDA work meanwhile
-    with torch.cuda.device(device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
         loop(*tensors)
     return graph
 
@@ -114,7 +124,19 @@ def run(loop, tensors, inputs: int, copies_pay: bool) -> None:
     ``copies_pay``: whether a graph over copies beats the loop run as it is (a short loop
     launches about as few kernels as the copies take)."""
     first = tensors[0]
-    if not first.is_cuda or not enabled() or torch.cuda.is_current_stream_capturing():
+    if not first.is_cuda:
+        loop(*tensors)
+        return
+    # The one place a call enters its tensors' device: the capture, the replay (on that
+    # device's current stream), the copies and the loop all happen there, whichever device
+    # the caller has current and whichever device captured first.
+    with torch.cuda.device(first.device):
+        _run_on_device(loop, tensors, inputs, copies_pay)
+
+
+def _run_on_device(loop, tensors, inputs: int, copies_pay: bool) -> None:
+    first = tensors[0]
+    if not enabled() or torch.cuda.is_current_stream_capturing():
         loop(*tensors)
         return
     shape = (loop, first.device, _common.current_stream_handle(first.get_device()), _matmul_settings(),

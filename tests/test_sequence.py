@@ -573,41 +573,62 @@ print("OK")
     run_python_ok(code)
 
 
+# A fresh process runs ``calls`` on the step-by-step route: for each dtype, the same call with
+# the graphs off, then five times with them on (the first runs the loop as it is, the second
+# captures over the call's own tensors or, with the results kept alive, later ones capture over
+# copies; the rest replay).  Every call must give the bits of the graphs-off call, and that
+# call must match the float64 reference.  ``devices``: where the calls run, in turn, while
+# cuda:0 is current.
+REPLAY_CODE = """
+import os, sys, torch
+sys.path.insert(0, {tests!r})
+from pyroundlib import graphs, sequence
+from test_sequence import seq_args, ours, weighted_loss, check_against_reference
+from conftest import TOLERANCES
+os.environ[sequence.PERSISTENT_ENV_VAR] = {route!r}
+torch.cuda.set_device(0)
+for device in {devices!r}:
+    for dtype in {dtypes}:
+        args = seq_args(17, 5, 6, 32, dtype, device)  # 17 steps: long enough for a replay over copies
+        check_against_reference(args, TOLERANCES[dtype])
+        os.environ[graphs.ENV_VAR] = "0"
+        outs = ours(*args)
+        want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
+        del outs
+        os.environ[graphs.ENV_VAR] = "1"
+        kept, captured = [], len(graphs._graphs)
+        for call in range(5):
+            outs = ours(*args)
+            got = (*outs, *torch.autograd.grad(weighted_loss(outs), args))
+            for g, w in zip(got, want):
+                assert g.device == torch.device(device) and torch.equal(g, w), (device, dtype, call)
+            if {keep_results}:
+                kept.append(got)
+            del outs, got
+            assert torch.cuda.current_device() == 0
+        if {route!r} == "0":  # the forward and the backward replayed from graphs of their own
+            kind = graphs._OverCopies if {keep_results} else torch.cuda.CUDAGraph
+            assert sum(isinstance(g, kind) for g in list(graphs._graphs.values())[captured:]) >= 2, graphs._graphs
+print("OK")
+"""
+
+
+def run_replays(route="0", devices=("cuda",), keep_results=False,
+                dtypes="(torch.float32, torch.float64, torch.float16, torch.bfloat16)"):
+    run_python_ok(REPLAY_CODE.format(tests=str(Path(__file__).resolve().parent), route=route,
+                                     devices=list(devices), keep_results=keep_results, dtypes=dtypes))
+
+
 @requires_cuda
 @pytest.mark.parametrize("keep_results", [False, True], ids=["training-loop", "new-tensors-each-call"])
 def test_graph_replay_matches_plain_loops(keep_results):
-    """Repeated calls are replayed from CUDA graphs and give exactly what the plain loops
-    give, bit for bit: over the call's own tensors when a call repeats (a training loop drops
-    its results, so the caching allocator hands out the same blocks), over copies when only
-    the shapes repeat (results kept alive: new tensors each call).  In a fresh process, whose
-    allocator is a training process's: blocks that the tests before leave cached can keep a
-    short loop's addresses from repeating for a while."""
-    code = f"""
-import os, sys, torch
-sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-from pyroundlib import graphs, sequence
-from test_sequence import seq_args, ours, weighted_loss
-args = seq_args(17, 5, 6, 32, torch.float32, "cuda")  # long enough for a replay over copies
-os.environ[sequence.PERSISTENT_ENV_VAR] = "0"  # the step-by-step route, which the graphs replay
-os.environ[graphs.ENV_VAR] = "0"
-outs = ours(*args)
-want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
-del outs
-os.environ[graphs.ENV_VAR] = "1"
-kept = []
-for _ in range(5):
-    outs = ours(*args)
-    got = (*outs, *torch.autograd.grad(weighted_loss(outs), args))
-    for g, w in zip(got, want):
-        assert torch.equal(g, w)
-    if {keep_results}:
-        kept.append(got)
-    del outs, got
-kind = graphs._OverCopies if {keep_results} else torch.cuda.CUDAGraph
-assert sum(isinstance(g, kind) for g in graphs._graphs.values()) >= 2, graphs._graphs  # forward and backward
-print("OK")
-"""
-    run_python_ok(code)
+    """Repeated calls are replayed from CUDA graphs, in every dtype, and give exactly what the
+    plain loops give, bit for bit, on the first, second and later calls: over the call's own
+    tensors when a call repeats (a training loop drops its results, so the allocator hands out
+    the same blocks), over copies when only the shapes repeat (new tensors each call).  In a
+    fresh process, whose allocator is a training process's: blocks that the tests before leave
+    cached can keep a short loop's addresses from repeating for a while."""
+    run_replays(keep_results=keep_results)
 
 
 @requires_cuda
@@ -848,3 +869,16 @@ def test_second_device_while_first_is_current(monkeypatch, route):
         with torch.cuda.stream(stream):
             check_against_reference(args, TOLERANCES[torch.float32])
         torch.cuda.current_stream().wait_stream(stream)
+
+
+@requires_two_gpus
+@pytest.mark.parametrize("order", [("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")], ids=["0-then-1", "1-then-0"])
+@pytest.mark.parametrize("keep_results", [False, True], ids=["training-loop", "new-tensors-each-call"])
+@pytest.mark.parametrize("route", ["1", "0", "fused"])
+def test_second_device_after_the_first_captured(route, keep_results, order):
+    """Each CUDA route, every dtype, forward and backward, replays included, on both GPUs one
+    after the other in a fresh process while cuda:0 is current: a first capture on one device
+    (a second model, a pipeline stage, evaluation on another GPU) must not decide where the
+    other device's graphs are captured or replayed."""
+    run_replays(route=route, devices=order, keep_results=keep_results)
+
