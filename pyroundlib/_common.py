@@ -137,8 +137,7 @@ def has_tangent(tensors) -> bool:
 def function_for(op, traced, eager):
     """What an entry point calls with its tensors:
 
-    - in eager mode, ``eager.apply``: the autograd Function, with ``jvp`` and ``vmap`` (or a
-      ``ClassicFirst`` of two Functions);
+    - in eager mode, ``eager.apply``: the autograd Function, with ``jvp`` and ``vmap``;
     - while torch.export or ``torch.jit.trace`` traces, the differentiable op ``op`` itself,
       recorded as one node with its registered autograd formula: strict export runs a
       Function's forward with grad mode off (torch 2.13: the program's outputs would not be
@@ -153,37 +152,6 @@ def function_for(op, traced, eager):
     if torch.compiler.is_compiling():
         return op if exporting() else traced.apply
     return op if torch.jit.is_tracing() else eager.apply
-
-
-class ClassicFirst:
-    """An autograd node applied as a classic-style Function (``forward(ctx, ...)``, no
-    ``setup_context``) wherever torch accepts one, else as the Function torch.func needs.
-
-    ``apply(*args)`` applies ``classic`` with one more argument, a list its ``forward``
-    appends to first thing (its ``backward`` returns one more None).  Where a torch.func
-    transform is active, ``Function.apply`` refuses a classic-style Function with a
-    RuntimeError before its forward runs (torch 2.4 to 2.14): then, and only then, the call
-    goes to ``general`` (``setup_context``, ``vmap``, ``jvp``).  An error raised after the
-    forward began is the caller's, raised as it is.  A classic-style Function may save its
-    intermediates itself and return only what the caller gets; torch.func requires saved
-    intermediates to be outputs.  What it saves a call is torch's host time: no second
-    Python call (``setup_context``) with the binding of its arguments, fewer outputs to wrap
-    (~4% of a small sequence's call on the H100 machine, 0.91-1.01 in twelve interleaved runs;
-    benchmarks/NOTES.md)."""
-
-    __slots__ = ("classic", "general")
-
-    def __init__(self, classic, general):
-        self.classic, self.general = classic, general
-
-    def apply(self, *args):
-        started = []
-        try:
-            return self.classic.apply(*args, started)
-        except RuntimeError:
-            if started:
-                raise
-        return self.general.apply(*args)  # outside the handler: no chained traceback
 
 
 # autocast casts these (not float64), as it does for the ops it runs in lower precision

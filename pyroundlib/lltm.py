@@ -262,30 +262,11 @@ def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
     check_shape("bias", bias, (3 * state,), f"[3*state_size] {sizes}")
 
 
-def _lltm_args_ok(input, weights, bias, old_h, old_cell) -> bool:
-    """The common case (CPU or CUDA tensors of one supported dtype and device, consistent
-    shapes) in one expression, a few us cheaper than _check_lltm_args, which runs when
-    this is False, to name what is wrong (or to admit meta tensors)."""
-    try:
-        dtype, device = input.dtype, input.device
-        batch, features = input.shape
-        _, state = old_h.shape
-        return (dtype in DTYPE_CODES and device.type in ("cpu", "cuda")
-                and weights.dtype == dtype and bias.dtype == dtype and old_h.dtype == dtype and old_cell.dtype == dtype
-                and weights.shape == (3 * state, state + features) and bias.shape == (3 * state,)
-                and old_h.shape == (batch, state) and old_cell.shape == (batch, state)
-                and weights.device == device and bias.device == device and old_h.device == device
-                and old_cell.device == device)
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
 def _lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor,
                pointwise) -> Tuple[Tensor, Tensor]:
     """The cell: the autocast cast, the checks, the GEMM in PyTorch, then ``pointwise``."""
     input, weights, bias, old_h, old_cell = autocast_cast((input, weights, bias, old_h, old_cell))
-    if not _lltm_args_ok(input, weights, bias, old_h, old_cell):
-        _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
+    _check_lltm_args(input, weights, bias, old_h, old_cell)  # raises for bad input, naming it
     gates = F.linear(torch.cat([old_h, input], dim=1), weights, bias)  # addmm(bias, X, weights.t())
     if has_tangent((gates, old_cell)):  # forward mode: torch's formulas, right to any order
         return _pointwise_differentiable(gates, old_cell)

@@ -9,26 +9,18 @@ kernel and one product per step, and forms the input, weight and bias gradients 
 single products / a reduction over all steps at the end.
 
 Layers, as for the cell:
-- ``pyroundlib::lltm_sequence_forward`` / ``lltm_sequence_backward``: the two loops as torch
-  ops (native kernels + torch GEMMs, fake implementations for torch.compile and export).
-  On CUDA, short sequences of small states run whole in the library, products included (the
-  fused kernels: one library call per direction and no torch GEMM, whose host time would
-  outweigh their work).  Longer ones (float32, float64), where the recurrent weights fit on
-  chip (``prl_lltm_sequence_cuda_fits``), run the recurrence of all steps in one persistent
-  kernel per direction (the step's GEMM and pointwise work fused, the weights held in
-  registers, a grid-wide barrier between steps), the forward's input half before it in the
-  same library call (a tiled product: a torch GEMM launched first would hold the GPU back by
-  its host time); on the CPU, for small states, in one loop of the library's
-  (``prl_lltm_sequence_*_cpu``), after a torch GEMM for the input half.  Otherwise the step-by-step loops run from
-  Python, on CUDA captured into CUDA graphs and replayed when a call repeats (``graphs.py``),
-  unless a capture is already under way (then they are captured into that).  Which route
-  runs: ``_fused``, then ``_one_call``, asked once per device, dtype, shape and setting
-  (``_route``).
-- ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, and in eager
-  mode ``jvp``); when a graph of the gradient is being built, its backward runs as
-  differentiable torch ops instead (double backward, torch.func).
-- ``lltm_sequence`` checks and picks the route; ``LLTMLayer`` is the module.
+- ``pyroundlib::lltm_sequence_forward`` / ``lltm_sequence_backward``: the sequence as torch
+  ops (fake implementations for torch.compile and export), each taking one of four routes
+  (``_route``, below): the whole sequence in the library (fused kernels), the recurrence in
+  one library call (persistent CUDA kernels, the CPU loop), or the loops above from Python,
+  replayed from CUDA graphs (``graphs.py``) where that pays.
+- ``LLTMSequenceFunction``: the autograd Function (``setup_context``, ``vmap``, ``jvp``);
+  when a graph of the gradient is being built, its backward runs as differentiable torch
+  ops instead (double backward, torch.func).  ``_LLTMSequenceNoJvp``: the same without
+  ``jvp``, which torch.compile traces (Dynamo refuses a Function with ``jvp``).
+- ``lltm_sequence`` checks and applies; ``LLTMLayer`` is the module.
 """
+import contextlib
 import ctypes
 import os
 from typing import List, Optional, Tuple
@@ -38,93 +30,83 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _ffi, _threads, graphs
-from ._common import (DTYPE_CODES, ClassicFirst, Kernel, autocast_cast, check_like, check_shape, check_tensor,
+from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor,
                       define_op, function_for, has_tangent, ptr, signature_once)
 from .lltm import (LLTMParameters, _backward_differentiable, _forward_kernel, _pointwise_differentiable,
                    _pointwise_jvp)
 
 
+# ---- the route ------------------------------------------------------------------------------
+# A sequence call takes one of four routes, picked by ``_route`` from the call's facts in this
+# order.  What each route is worth (the benchmark's rows with and without it, H100) is in
+# benchmarks/NOTES.md, measured by benchmarks/mechanisms.py.
+#
+# FUSED     CUDA, every dtype: the whole sequence, its input half and its gradient products in
+#           one library call per direction, the weights staged in shared memory (where they fit,
+#           and T*B*S < FUSED_MAX_WORK): short sequences of small states, where a torch GEMM's
+#           host time would outweigh its work.  A step is serial in S + I, so past
+#           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.
+# ONE_CALL  The recurrence in one library call per direction.  CUDA, float32 and float64, where
+#           the recurrent weights fit in the registers of one co-resident grid (the persistent
+#           kernels): from PERSISTENT_MIN_STEPS steps or PERSISTENT_MIN_WORK on, and at any
+#           length where the step loop would not be replayed (below).  CPU, every dtype, while a
+#           step's product (B*S*3S multiply-adds) is at most CPU_MAX_STEP_WORK: there the loop's
+#           per-step Python, dispatch and ctypes calls would cost more than the product.
+# REPLAYED  The step loop from Python (a torch GEMM and a pointwise kernel per step), captured
+#           into CUDA graphs and replayed (graphs.py), where the products run on tensor cores
+#           (float16, bfloat16; float32 with TF32 allowed): a step's GPU work is then short next
+#           to its launches, and the replay is the call's speed.
+# STEPS     The step loop as it is: on the CPU for larger products (torch's threaded GEMMs); on
+#           CUDA where the products run in full precision (float32 without TF32, float64), whose
+#           GPU time hides the launches at the sizes the kernels above leave to this route (the
+#           graphs bought 3% there and held ~1 GB at (100, 256, 512, 1024)); and with
+#           PYROUNDLIB_CUDA_GRAPHS=0.
+#
+# PYROUNDLIB_PERSISTENT_SEQUENCE=1 takes ONE_CALL wherever it fits (16-bit types too: the
+# persistent kernels compute in float on CUDA cores, slower there than cuBLAS's tensor cores),
+# =fused FUSED wherever it fits, =0 neither.
+PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
+FUSED, ONE_CALL, REPLAYED, STEPS = "fused", "one call", "replayed steps", "steps"
+FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
+FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
+PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels beat the replayed loop
+PERSISTENT_MIN_STEPS = 16  # T from which they beat it at any T * B * S
+CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the library pays
 # A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
 # replays; the loops launch about 2T + 2 and 2T + 8 kernels: from this many steps on, the
 # replay costs less host time than the loop run as it is.
 COPIES_PAY_FROM_STEPS = 4
-
-# The whole recurrence in one library call per direction: on CUDA the persistent kernels (one
-# cooperative launch each), on the CPU the library's single-threaded loop.  Where they fit and pay:
-# - CUDA: float32/float64 sequences of at least PERSISTENT_MIN_STEPS steps, or with T*B*S >=
-#   PERSISTENT_MIN_WORK, that the fused kernels (below) do not take.  They compute in float
-#   (double for float64) on CUDA cores, so for 16-bit types cuBLAS's tensor-core GEMMs step by
-#   step stay faster; and a few steps cost the host less step by step, replayed from CUDA
-#   graphs (graphs.py), than the persistent route's plain launches and torch GEMMs.  Measured
-#   on an H100 (benchmarks/NOTES.md), fwd+bwd: at (T, B, S) = (50, 64, 512), float32, 1.87 ms
-#   against 2.21 ms step by step; at (32, 16, 128) 1.04 ms against 3.08 ms (cuBLAS picked a
-#   50 us float32 kernel for each step's [16, 128] x [128, 384] product); at (8, 32, 64) 1.57 ms
-#   against 1.13 ms.
-# - CPU: every dtype, while one step's product (B x S x 3S multiply-adds) is at most
-#   CPU_MAX_STEP_WORK: there the per-step Python, dispatcher and ctypes calls of the loop cost
-#   more than the product; larger products go to torch's (multithreaded) GEMMs step by step.
-# Before those, every dtype on CUDA runs the fused kernels where their weights fit in shared
-# memory (prl_lltm_sequence_fused_cuda_fits) and T*B*S < FUSED_MAX_WORK: the whole sequence,
-# its input half and its gradient products in one library call per direction, so the host
-# pays for no torch GEMM (tens of microseconds of dispatch each, against a few of work at these
-# sizes).  Their step is serial in S + I, so past FUSED_MAX_STEPS steps the persistent kernels,
-# where they run (float32/float64), are faster: at (256, 32, 64) 1.30 ms against 1.77 ms.
-# PYROUNDLIB_PERSISTENT_SEQUENCE=1 uses the persistent kernels / the CPU loop wherever they
-# fit, =fused the fused kernels wherever they fit, =0 neither (step by step).
-PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
-PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent CUDA kernels pay (float32, float64)
-PERSISTENT_MIN_STEPS = 16  # T from which they pay at any T * B * S
-FUSED_MAX_WORK = PERSISTENT_MIN_WORK  # T * B * S below which the fused CUDA kernels run
-FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
-CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the library pays
 _PERSISTENT_DTYPES = (torch.float32, torch.float64)
-_sequence_forward_kernel = Kernel("lltm_sequence_forward")
-_sequence_backward_kernel = Kernel("lltm_sequence_backward")
-_persistent_forward_kernel = Kernel("lltm_sequence_persistent_forward", cpu=False)
-_backward_parts_kernel = Kernel("lltm_backward_parts")
-_fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
-_fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
-_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
-_fused_fits = {}  # (device index, dtype, batch, features, state) -> whether the fused kernels fit
-
-
-# The route of a call, kept per (device index, dtype, T, B, I, S, the environment's choice):
-# the route's tests take ~10 us of host time a direction on the H100 machine, a few percent
-# of a small sequence's call; a dictionary lookup ~1 us.  Cleared when it holds MAX_ROUTES
-# (sequence lengths that vary from batch to batch make a new key each).
-FUSED, ONE_CALL, STEPS = "fused", "one call", "steps"
-MAX_ROUTES = 1024
-_routes = {}
+_TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
-    """Which route this call takes: FUSED, ONE_CALL or STEPS (``_fused``, then ``_one_call``);
-    T >= 1, t on the CPU or a CUDA device."""
-    key = (t.get_device(), t.dtype, steps, batch, features, state, os.environ.get(PERSISTENT_ENV_VAR, ""))
-    route = _routes.get(key)
-    if route is None:
-        route = FUSED if _fused(t, steps, batch, features, state) else \
-            ONE_CALL if _one_call(t, steps, batch, state) else STEPS
-        if len(_routes) >= MAX_ROUTES:
-            _routes.clear()
-        _routes[key] = route
-    return route
-
-
-def _fused(t: Tensor, steps: int, batch: int, features: int, state: int) -> bool:
-    """Whether this call runs the fused CUDA kernels (above)."""
-    if not t.is_cuda:
-        return False
+    """FUSED, ONE_CALL, REPLAYED or STEPS for a sequence of T >= 1 steps (above)."""
     choice = os.environ.get(PERSISTENT_ENV_VAR, "")
-    if choice in ("0", "1") or (choice != "fused" and steps * batch * state >= FUSED_MAX_WORK):
-        return False
-    if not _fits_device(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state):
-        return False
-    return choice == "fused" or steps <= FUSED_MAX_STEPS or t.dtype not in _PERSISTENT_DTYPES \
-        or not _fits_device(_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+    if t.is_cpu:
+        accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the library's sequence loop takes
+        if choice != "0" and accepted and (choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK):
+            return ONE_CALL
+        return STEPS
+    tensor_cores = t.dtype in _TENSOR_CORE_DTYPES or (t.dtype == torch.float32
+                                                       and torch.backends.cuda.matmul.allow_tf32)
+    persistent = choice != "0" and (choice == "1" or t.dtype in _PERSISTENT_DTYPES) \
+        and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+    fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
+        and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
+    if fused and (choice == "fused" or steps <= FUSED_MAX_STEPS or not persistent):
+        return FUSED
+    if persistent and (choice == "1" or not tensor_cores or steps >= PERSISTENT_MIN_STEPS
+                       or steps * batch * state >= PERSISTENT_MIN_WORK):
+        return ONE_CALL
+    return REPLAYED if tensor_cores and graphs.enabled() else STEPS
 
 
-def _fits_device(cache: dict, query: str, t: Tensor, *sizes: int) -> bool:
+_persistent_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
+_fused_fits = {}  # (device index, dtype, batch, features, state) -> whether the fused kernels fit
+
+
+def _fits(cache: dict, query: str, t: Tensor, *sizes: int) -> bool:
     """The library's answer to ``query(*sizes, dtype, device, &fits)`` for t's dtype and
     device, asked once per (device, dtype, sizes) and kept in ``cache``."""
     key = (t.get_device(), t.dtype, *sizes)
@@ -136,18 +118,12 @@ def _fits_device(cache: dict, query: str, t: Tensor, *sizes: int) -> bool:
     return fits
 
 
-def _one_call(t: Tensor, steps: int, batch: int, state: int) -> bool:
-    """Whether this call's recurrence runs in one library call per direction (above)."""
-    choice = os.environ.get(PERSISTENT_ENV_VAR, "")
-    if choice == "0" or not (t.is_cuda or t.is_cpu):
-        return False
-    if t.is_cpu:
-        accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the sequence entry points take
-        return accepted and (choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK)
-    if choice != "1" and (t.dtype not in _PERSISTENT_DTYPES
-                          or (steps < PERSISTENT_MIN_STEPS and steps * batch * state < PERSISTENT_MIN_WORK)):
-        return False
-    return _fits_device(_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+_sequence_forward_kernel = Kernel("lltm_sequence_forward")
+_sequence_backward_kernel = Kernel("lltm_sequence_backward")
+_persistent_forward_kernel = Kernel("lltm_sequence_persistent_forward", cpu=False)
+_backward_parts_kernel = Kernel("lltm_backward_parts")
+_fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
+_fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
 
 
 # ---- argument checks -------------------------------------------------------------------------
@@ -169,25 +145,6 @@ def _check_sequence_args(input, weights, bias, h0, c0) -> None:
     check_shape("bias", bias, (3 * state,), f"[3*state_size] {sizes}")
     check_shape("h0", h0, (batch, state), f"[batch, state_size] {sizes}")
     check_shape("c0", c0, (batch, state), f"[batch, state_size] {sizes}")
-
-
-def _sequence_args_ok(input, weights, bias, h0, c0) -> bool:
-    """The common case (CPU or CUDA tensors of one supported dtype and device, consistent
-    shapes) in one expression, as ``lltm._lltm_args_ok`` for the cell: a few us cheaper than
-    _check_sequence_args, which runs when this is False, to name what is wrong (or to admit
-    meta tensors)."""
-    try:
-        dtype, device = input.dtype, input.device
-        _, batch, features = input.shape
-        rows = weights.shape[0]
-        state = rows // 3
-        return (dtype in DTYPE_CODES and device.type in ("cpu", "cuda") and rows == 3 * state
-                and weights.dtype == dtype and bias.dtype == dtype and h0.dtype == dtype and c0.dtype == dtype
-                and weights.shape == (rows, state + features) and bias.shape == (rows,)
-                and h0.shape == (batch, state) and c0.shape == (batch, state)
-                and weights.device == device and bias.device == device and h0.device == device and c0.device == device)
-    except (AttributeError, TypeError, ValueError, IndexError):
-        return False
 
 
 # ---- the loops (native kernels + torch GEMMs) ---------------------------------------------------
@@ -308,21 +265,6 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
     torch.sum(rows, dim=0, out=d_bias)
 
 
-def _backward_parts(t: Tensor, state: int) -> int:
-    """How many partial products the backward loop splits each step's d_h product into
-    (d_gates [B, 3S] @ W_h [3S, S] along its 3S): on CUDA in float16 and bfloat16, 4 where
-    S % 4 == 0, else 3 (one per gate), 1 otherwise.  cuBLAS runs [B, 3S] x [3S, S] with few
-    output tiles and a long inner loop; as a strided-batched product of slices of the 3S
-    more of the GPU works on it, and the next step's pointwise kernel adds the partial
-    products as it reads them.  H100, CUDA graphs of 100 steps of product + pointwise kernel,
-    bfloat16, us a step: (B, S) = (256, 1024) 11.2-12.2 whole, 10.0 in 4 parts; (64, 512)
-    7.0 / 5.9; (128, 256) 6.0 / 5.4; (32, 128) 4.5 / 4.3 (float16 alike).  float32 did not
-    gain consistently (TF32 on and off), so it stays whole (benchmarks/NOTES.md)."""
-    if t.is_cuda and t.dtype in (torch.float16, torch.bfloat16):
-        return 4 if state % 4 == 0 else 3
-    return 1
-
-
 def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,
                    c0: Tensor, output: Tensor, cells: Tensor, gates: Tensor, d_input: Tensor, d_weights: Tensor,
                    d_bias: Tensor, d_h0: Tensor, d_c0: Tensor) -> None:
@@ -334,31 +276,22 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
     w_h = weights[:, :state]
     d_gates = torch.empty_like(gates)
     # The gradient reaching step t's new_h is grad_output[t] plus step t + 1's d_gates @ W_h,
-    # which that step leaves in `terms` as `parts` partial products (_backward_parts): the
-    # pointwise kernel adds them as it reads grad_output[t], so no copy of grad_output and no
-    # accumulation pass runs.
-    parts = _backward_parts(input, state)
-    terms = input.new_empty(parts, batch, state)
-    chunk = 3 * state // parts
-    w_parts = w_h.view(parts, chunk, state)
+    # which that step leaves in `d_h`: the pointwise kernel adds the two as it reads them
+    # (prl_lltm_backward_parts with one part), so no copy of grad_output and no accumulation
+    # pass runs.
+    d_h = input.new_empty(batch, state)
     dg = d_gates.unbind(0)
-    dg_parts = d_gates.view(steps, batch, parts, chunk).transpose(1, 2).unbind(0)  # each [parts, B, chunk]
     g_ptr, dg_ptr, c_ptr = _pointers(gates), _pointers(d_gates), [c0.data_ptr()] + _pointers(cells)[:-1]
-    go_ptr, terms_ptr = _pointers(grad_output), terms.data_ptr()
+    go_ptr, d_h_ptr = _pointers(grad_output), d_h.data_ptr()
     # d_cell alternates between two buffers (a kernel's input and output must not overlap);
     # the first step reads grad_c_n, the last writes d_c0
     d_cell, d_cell_in = (torch.empty_like(d_c0), torch.empty_like(d_c0)), grad_c_n.data_ptr()
     for t in range(steps - 1, -1, -1):
         d_cell_out = d_c0.data_ptr() if t == 0 else d_cell[t % 2].data_ptr()
         last = t == steps - 1
-        _backward_parts_kernel(input, go_ptr[t], None if last else terms_ptr, 0 if last else parts, d_cell_in,
+        _backward_parts_kernel(input, go_ptr[t], None if last else d_h_ptr, 0 if last else 1, d_cell_in,
                                g_ptr[t], c_ptr[t], dg_ptr[t], d_cell_out, batch, state, code)
-        if t == 0:
-            torch.mm(dg[0], w_h, out=d_h0)
-        elif parts == 1:
-            torch.mm(dg[t], w_h, out=terms[0])
-        else:
-            torch.bmm(dg_parts[t], w_parts, out=terms)
+        torch.mm(dg[t], w_h, out=d_h0 if t == 0 else d_h)
         d_cell_in = d_cell_out
     _gradients_of_all_steps(d_gates, input, weights, h0, output, d_input, d_weights, d_bias)
 
@@ -367,8 +300,7 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
 
 def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
     """-> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])."""
-    if not _sequence_args_ok(input, weights, bias, h0, c0):
-        _check_sequence_args(input, weights, bias, h0, c0)  # raises for bad input, naming it
+    _check_sequence_args(input, weights, bias, h0, c0)  # raises for bad input, naming it
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
     steps, batch, features = input.shape
     state = h0.shape[1]
@@ -377,15 +309,26 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
         return _forward_whole(_fused_forward_kernel, input, weights, bias, h0, c0)
     if route is ONE_CALL:
         return _forward_one_call(input, weights, bias, h0, c0)
-    with graphs.buffers(input):  # what the graphs are keyed on, in blocks that repeat
+    with _buffers(input, route):
         output, cells = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state)
         gates, c_n = input.new_empty(steps, batch, 3 * state), torch.empty_like(c0)
     if steps:
-        graphs.run(_forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5,
-                   copies_pay=steps >= COPIES_PAY_FROM_STEPS)
+        _run_loop(route, _forward_loop, (input, weights, bias, h0, c0, output, c_n, cells, gates), inputs=5)
     else:
         c_n.copy_(c0)
     return output, c_n, cells, gates
+
+
+def _buffers(t: Tensor, route: str):
+    """Where a step loop's tensors are allocated: replayed, in blocks that repeat (graphs.buffers)."""
+    return graphs.buffers(t) if route is REPLAYED else contextlib.nullcontext()
+
+
+def _run_loop(route: str, loop, tensors, inputs: int) -> None:
+    if route is REPLAYED:
+        graphs.run(loop, tensors, inputs, copies_pay=tensors[0].shape[0] >= COPIES_PAY_FROM_STEPS)
+    else:
+        loop(*tensors)
 
 
 def _forward_fake(input, weights, bias, h0, c0):
@@ -409,13 +352,12 @@ def _backward_op(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor,
         return _backward_fused(*tensors)
     if route is ONE_CALL:
         return _backward_one_call(*tensors)
-    with graphs.buffers(input):
+    with _buffers(input, route):
         if grad_c_n is None:
             tensors[1] = torch.zeros_like(tensors[5])
         grads = (torch.empty_like(tensors[2]), torch.empty_like(tensors[3]), weights.new_empty(weights.shape[0]),
                  torch.empty_like(tensors[4]), torch.empty_like(tensors[5]))
-    graphs.run(_backward_loop, (*tensors, *grads), inputs=len(tensors),
-               copies_pay=input.shape[0] >= COPIES_PAY_FROM_STEPS)
+    _run_loop(route, _backward_loop, (*tensors, *grads), inputs=len(tensors))
     return grads
 
 
@@ -565,28 +507,6 @@ class LLTMSequenceFunction(_LLTMSequenceNoJvp):
         return _vmap_sequence(LLTMSequenceFunction, info, in_dims, input, weights, bias, h0, c0)
 
 
-class _LLTMSequenceClassic(torch.autograd.Function):
-    """LLTMSequenceFunction in the classic style (``forward(ctx, ...)``), which eager mode
-    applies wherever no torch.func transform is active (``ClassicFirst``): it returns output
-    and c_n only and saves the cells and gates it needs itself.  The same op, the same
-    backward, the same bits.  ``started``: see ``ClassicFirst``."""
-
-    @staticmethod
-    def forward(ctx, input, weights, bias, h0, c0, started):
-        started.append(True)
-        output, c_n, cells, gates = torch.ops.pyroundlib.lltm_sequence_forward_no_autograd(input, weights, bias, h0, c0)
-        ctx.save_for_backward(input, weights, bias, h0, c0, output, cells, gates)
-        ctx.set_materialize_grads(False)  # as _setup: an output without a gradient arrives as None
-        return output, c_n
-
-    @staticmethod
-    def backward(ctx, grad_output, grad_c_n):
-        return (*_backward(ctx, grad_output, grad_c_n), None)
-
-
-_EAGER = ClassicFirst(_LLTMSequenceClassic, LLTMSequenceFunction)
-
-
 def _vmap_sequence(function, info, in_dims, input, weights, bias, h0, c0):
     """vmap: with shared weights the vmapped dimension folds into the batch; with batched
     weights (an ensemble), one sequence per set of weights."""
@@ -636,7 +556,7 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
         _check_sequence_args(input, weights, bias, h0, c0)
         return _sequence_differentiable(input, weights, bias, h0, c0)
     output, c_n, *_ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
-                                   _EAGER)(input, weights, bias, h0, c0)
+                                   LLTMSequenceFunction)(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)
 
 

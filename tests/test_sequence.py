@@ -310,34 +310,6 @@ def test_eager_calls_run_the_forward_op_without_its_autograd_formula(device):
                                torch.autograd.grad(weighted_loss(want), args))
 
 
-def test_eager_applies_the_classic_style_function(device, monkeypatch):
-    """Eager mode applies the classic-style Function (two outputs, its intermediates saved by
-    itself), torch.func transforms LLTMSequenceFunction.  Same op, same backward: the same
-    bits as LLTMSequenceFunction applied in eager mode, double backward included; torch.func's
-    grad and vmap get the reference's answer."""
-    args = seq_args(5, 3, 4, 6, torch.float64, device)
-
-    def run():
-        outs = ours(*args)
-        grads = torch.autograd.grad(weighted_loss(outs), args, create_graph=True)
-        return outs, grads, torch.autograd.grad(sum(g.sum() for g in grads), args)
-
-    classic = run()
-    assert type(classic[0][0].grad_fn).__name__ == "_LLTMSequenceClassicBackward"
-    with monkeypatch.context() as patch:
-        patch.setattr(sequence, "_EAGER", pyroundlib.LLTMSequenceFunction)
-        general = run()
-    assert type(general[0][0].grad_fn).__name__ == "LLTMSequenceFunctionBackward"
-    for a, b in zip((*classic[0], *classic[1], *classic[2]), (*general[0], *general[1], *general[2])):
-        assert torch.equal(a, b)
-    got = func.grad(lambda w: weighted_loss(ours(args[0], w, *args[2:])))(args[1])
-    want = torch.autograd.grad(weighted_loss(reference(*args)), args[1])[0]
-    torch.testing.assert_close(got, want)
-    batched = [a.detach().unsqueeze(0).expand(2, *a.shape) for a in args]
-    for got, want in zip(func.vmap(ours)(*batched), reference(*[a.detach() for a in args])):
-        torch.testing.assert_close(got, want.unsqueeze(0).expand_as(got))
-
-
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 def test_export_records_the_differentiable_op(strict):
     """An exported program calls the forward op that carries its autograd formula, so it can be
@@ -519,7 +491,7 @@ sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 from pyroundlib import graphs, sequence
 from test_sequence import seq_args, ours, weighted_loss
 assert torch.cuda.get_allocator_backend() == "cudaMallocAsync"
-args = seq_args(9, 5, 6, 32, torch.float32, "cuda")
+args = seq_args(9, 5, 6, 32, torch.bfloat16, "cuda")  # 16-bit: the step loop is replayed
 os.environ[sequence.PERSISTENT_ENV_VAR] = "0"
 results = []
 for graphs_on in ("0", "1", "1", "1", "1"):
@@ -573,7 +545,7 @@ print("OK")
     run_python_ok(code)
 
 
-# A fresh process runs ``calls`` on the step-by-step route: for each dtype, the same call with
+# A fresh process runs a sequence call on ``route``: for each dtype, the same call with
 # the graphs off, then five times with them on (the first runs the loop as it is, the second
 # captures over the call's own tensors or, with the results kept alive, later ones capture over
 # copies; the rest replay).  Every call must give the bits of the graphs-off call, and that
@@ -590,13 +562,17 @@ torch.cuda.set_device(0)
 for device in {devices!r}:
     for dtype in {dtypes}:
         args = seq_args(17, 5, 6, 32, dtype, device)  # 17 steps: long enough for a replay over copies
+        torch.backends.cuda.matmul.allow_tf32 = False
         check_against_reference(args, TOLERANCES[dtype])
+        torch.backends.cuda.matmul.allow_tf32 = True  # float32 products on tensor cores: replayed too
+        replayed = sequence._route(args[0], 17, 5, 6, 32) == sequence.REPLAYED
+        assert replayed == ({route!r} == "0" and dtype != torch.float64)
         os.environ[graphs.ENV_VAR] = "0"
         outs = ours(*args)
         want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
         del outs
         os.environ[graphs.ENV_VAR] = "1"
-        kept, captured = [], len(graphs._graphs)
+        kept, before = [], {{id(g) for g in graphs._graphs.values()}}
         for call in range(5):
             outs = ours(*args)
             got = (*outs, *torch.autograd.grad(weighted_loss(outs), args))
@@ -606,14 +582,17 @@ for device in {devices!r}:
                 kept.append(got)
             del outs, got
             assert torch.cuda.current_device() == 0
-        if {route!r} == "0":  # the forward and the backward replayed from graphs of their own
+        if replayed:  # the forward and the backward replayed from graphs of their own
             kind = graphs._OverCopies if {keep_results} else torch.cuda.CUDAGraph
-            assert sum(isinstance(g, kind) for g in list(graphs._graphs.values())[captured:]) >= 2, graphs._graphs
+            new = [g for g in graphs._graphs.values() if id(g) not in before]
+            assert sum(isinstance(g, kind) for g in new) >= 2, graphs._graphs
+        else:
+            assert {{id(g) for g in graphs._graphs.values()}} <= before
 print("OK")
 """
 
 
-def run_replays(route="0", devices=("cuda",), keep_results=False,
+def run_replays(route="0", devices=("cuda:0",), keep_results=False,
                 dtypes="(torch.float32, torch.float64, torch.float16, torch.bfloat16)"):
     run_python_ok(REPLAY_CODE.format(tests=str(Path(__file__).resolve().parent), route=route,
                                      devices=list(devices), keep_results=keep_results, dtypes=dtypes))
@@ -665,33 +644,42 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     args = seq_args(steps, batch, features, state, dtype, "cuda")  # weights at the layer's scale
     # float64 holds half the weights per register file: at S = 512 its tiles do not fit
-    assert sequence._one_call(args[0], steps, batch, state) == (dtype != torch.float64 or state < 512)
+    route = sequence._route(args[0], steps, batch, features, state)
+    assert (route == sequence.ONE_CALL) == (dtype != torch.float64 or state < 512)
     check_against_reference(args, TOLERANCES[dtype])
     check_repeatable(args)
 
 
+# (dtype, (T, B, I, S), TF32 allowed) -> the route a CUDA call takes by default
+CUDA_ROUTES = [
+    (torch.float32, (8, 32, 8, 64), False, sequence.FUSED),  # short, small: the fused kernels
+    (torch.bfloat16, (8, 32, 8, 64), False, sequence.FUSED),
+    (torch.float64, (8, 32, 8, 64), False, sequence.FUSED),
+    (torch.float16, (200, 32, 8, 64), False, sequence.FUSED),  # 16-bit: no persistent kernels to prefer
+    (torch.float32, (64, 32, 8, 64), False, sequence.FUSED),
+    (torch.float32, (65, 32, 8, 64), False, sequence.ONE_CALL),  # past FUSED_MAX_STEPS: the persistent kernels
+    (torch.float32, (50, 64, 256, 512), False, sequence.ONE_CALL),  # T*B*S at FUSED_MAX_WORK
+    (torch.float32, (50, 64, 256, 512), True, sequence.ONE_CALL),
+    (torch.float64, (16, 16, 512, 128), False, sequence.ONE_CALL),
+    (torch.float32, (15, 16, 512, 128), False, sequence.ONE_CALL),  # few steps, full precision: not replayed
+    (torch.float32, (15, 16, 512, 128), True, sequence.REPLAYED),  # few steps, TF32: replayed
+    (torch.bfloat16, (50, 64, 256, 512), False, sequence.REPLAYED),
+    (torch.bfloat16, (100, 256, 512, 1024), False, sequence.REPLAYED),
+    (torch.float32, (100, 256, 512, 1024), False, sequence.STEPS),  # too large for registers, GPU-bound
+    (torch.float32, (100, 256, 512, 1024), True, sequence.REPLAYED),
+    (torch.float32, (1, 4, 8, 4096), False, sequence.STEPS),  # too large for shared memory and registers
+]
+
+
 @requires_cuda
-def test_route_by_default(monkeypatch):
-    """Unset, short sequences of small states run the fused kernels (every dtype), and the
-    persistent kernels float32/float64 sequences with more steps or work."""
+@pytest.mark.parametrize("dtype,shape,tf32,want", CUDA_ROUTES, ids=str)
+def test_route_by_default(monkeypatch, dtype, shape, tf32, want):
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
-    for dtype, shape, want in [(torch.float32, (50, 64, 512), True), (torch.float32, (8, 32, 64), False),
-                               (torch.float32, (32, 16, 128), True), (torch.float64, (16, 16, 128), True),
-                               (torch.float32, (15, 16, 128), False),  # few steps, little work: step by step
-                               (torch.bfloat16, (50, 64, 512), False), (torch.bfloat16, (32, 16, 128), False),
-                               (torch.float32, (100, 256, 1024), False)]:  # weights too large for registers
-        assert sequence._one_call(torch.empty(1, device="cuda", dtype=dtype), *shape) == want, (dtype, shape)
-    for dtype, (steps, batch, features, state), want in [
-            (torch.float32, (8, 32, 8, 64), True), (torch.bfloat16, (8, 32, 8, 64), True),
-            (torch.float64, (8, 32, 8, 64), True), (torch.float16, (200, 32, 8, 64), True),
-            (torch.float32, (64, 32, 8, 64), True),
-            (torch.float32, (65, 32, 8, 64), False),  # past FUSED_MAX_STEPS: the persistent kernels
-            (torch.bfloat16, (200, 32, 8, 64), True),  # 16-bit: no persistent kernels
-            (torch.float32, (50, 64, 256, 512), False),  # T*B*S at or past FUSED_MAX_WORK
-            (torch.float32, (1, 4, 8, 4096), False)]:  # weights too large for shared memory
-        got = sequence._fused(torch.empty(1, device="cuda", dtype=dtype), steps, batch, features, state)
-        assert got == want, (dtype, steps, batch, features, state)
-    assert not sequence._fused(torch.empty(1, dtype=torch.float32), 8, 32, 8, 64)  # CUDA only
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    assert sequence._route(torch.empty(1, device="cuda", dtype=dtype), *shape) == want
+    if want == sequence.REPLAYED:
+        monkeypatch.setenv(graphs.ENV_VAR, "0")
+        assert sequence._route(torch.empty(1, device="cuda", dtype=dtype), *shape) == sequence.STEPS
 
 
 @requires_cuda
@@ -708,7 +696,7 @@ def test_fused_kernels(monkeypatch, steps, batch, features, state, dtype):
     match the float64 reference and give the same bits on every call."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "fused")
     args = seq_args(steps, batch, features, state, dtype, "cuda")
-    assert sequence._fused(args[0], steps, batch, features, state)
+    assert sequence._route(args[0], steps, batch, features, state) == sequence.FUSED
     check_against_reference(args, TOLERANCES[dtype])
     check_repeatable(args)
 
@@ -751,7 +739,7 @@ def test_fused_kernels_refuse_what_does_not_fit(monkeypatch):
     points refuse to launch, naming the sizes."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "fused")
     x = torch.empty(1, device="cuda")
-    assert not sequence._fused(x, 1, 4, 8, 4096)
+    assert sequence._route(x, 1, 4, 8, 4096) != sequence.FUSED
     lib = pyroundlib._ffi.library()
     fits = ctypes.c_int(7)
     lib.prl_lltm_sequence_fused_cuda_fits(4, 8, 4096, 0, 0, ctypes.byref(fits))
@@ -763,43 +751,18 @@ def test_fused_kernels_refuse_what_does_not_fit(monkeypatch):
 
 
 def test_cpu_route_by_default(monkeypatch):
-    """Unset, the CPU loop in the library runs while one step's product is small, in every dtype."""
+    """Unset, the CPU loop in the library runs while one step's product is small, in every dtype;
+    =1 forces it, =0 the step loop."""
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
-    for dtype, shape, want in [(torch.float32, (8, 32, 64), True), (torch.bfloat16, (8, 32, 64), True),
-                               (torch.float64, (100, 64, 100), True), (torch.float32, (50, 64, 512), False)]:
-        assert sequence._one_call(torch.empty(1, dtype=dtype), *shape) == want, (dtype, shape)
+    for dtype, shape, want in [(torch.float32, (8, 32, 8, 64), sequence.ONE_CALL),
+                               (torch.bfloat16, (8, 32, 8, 64), sequence.ONE_CALL),
+                               (torch.float64, (100, 64, 8, 100), sequence.ONE_CALL),
+                               (torch.float32, (50, 64, 256, 512), sequence.STEPS)]:
+        assert sequence._route(torch.empty(1, dtype=dtype), *shape) == want, (dtype, shape)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    assert sequence._one_call(torch.empty(1), 50, 64, 512)
+    assert sequence._route(torch.empty(1), 50, 64, 256, 512) == sequence.ONE_CALL
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
-    assert not sequence._one_call(torch.empty(1), 8, 32, 64)
-
-
-def test_route_is_kept_per_shape_and_setting(monkeypatch):
-    """``_route`` answers as ``_fused`` / ``_one_call`` do, keeps the answer per device, dtype,
-    shape and setting (a changed setting is a new key, not a stale answer), and starts over
-    when it holds MAX_ROUTES answers."""
-    monkeypatch.setattr(sequence, "_routes", {})
-    x = torch.empty(1)
-    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
-    assert sequence._route(x, 8, 32, 8, 64) == sequence.ONE_CALL
-    assert sequence._route(x, 50, 64, 256, 512) == sequence.STEPS
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
-    assert sequence._route(x, 8, 32, 8, 64) == sequence.STEPS
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    assert sequence._route(x, 50, 64, 256, 512) == sequence.ONE_CALL
-    assert len(sequence._routes) == 4
-    calls = []
-    monkeypatch.setattr(sequence, "_one_call", lambda *args: calls.append(args) or False)
-    assert sequence._route(x, 50, 64, 256, 512) == sequence.ONE_CALL  # kept: not asked again
-    assert calls == []
-    assert sequence._route(x.double(), 50, 64, 256, 512) == sequence.STEPS  # another dtype: asked
-    assert len(calls) == 1
-    monkeypatch.setattr(sequence, "MAX_ROUTES", 5)
-    sequence._route(x, 1, 1, 1, 1)
-    assert len(sequence._routes) == 1
-    if torch.cuda.is_available():
-        monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR)
-        assert sequence._route(torch.empty(1, device="cuda"), 8, 32, 8, 64) == sequence.FUSED
+    assert sequence._route(torch.empty(1), 8, 32, 8, 64) == sequence.STEPS
 
 
 @requires_cuda
@@ -808,7 +771,7 @@ def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     entry point refuses to launch rather than run a grid that cannot be co-resident."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     x = torch.empty(1, device="cuda")
-    assert not sequence._one_call(x, 1, 4096, 8192)
+    assert sequence._route(x, 1, 4096, 8, 8192) != sequence.ONE_CALL
     lib = pyroundlib._ffi.library()
     with pytest.raises(pyroundlib.InvalidArgumentError, match="does not fit"):
         lib.prl_lltm_sequence_forward_cuda(1, 1, 8192, 1, 1, 1, 1, 1, 1, 4096, 8192, 0, 0, None)
