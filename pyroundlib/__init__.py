@@ -9,7 +9,7 @@ The native library (libpyroundlib) is loaded on first use; see ``library_info()`
 """
 from __future__ import annotations
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 # The torch versions this release supports: pyproject.toml's dependency, README's
 # Compatibility section and `python -m pyroundlib` all state this range.
 SUPPORTED_TORCH = ">=2.4"
@@ -18,14 +18,14 @@ MIN_TORCH = (2, 4)
 from ._ffi import ABI_VERSION, library_info
 from .errors import (CudaError, CudaNotCompiledError, InternalError, InvalidArgumentError, LibraryLoadError,
                      PyRoundLibError, UnsupportedDtypeError)
-from .lltm import LLTM, LLTMPointwiseFunction, lltm_cell
+from .lltm import LLTM, LLTMFunction, LLTMPointwiseFunction, lltm_cell
 from .round import RoundSTE, RoundSTEFunction, round_ste
 from .sequence import LLTMLayer, LLTMSequenceFunction, lltm_sequence
 
 __all__ = [
     "__version__", "SUPPORTED_TORCH", "ABI_VERSION", "library_info",
     "round_ste", "RoundSTE", "RoundSTEFunction",
-    "lltm_cell", "LLTM", "LLTMPointwiseFunction", "lltm_sequence", "LLTMLayer", "LLTMSequenceFunction",
+    "lltm_cell", "LLTM", "LLTMFunction", "LLTMPointwiseFunction", "lltm_sequence", "LLTMLayer", "LLTMSequenceFunction",
     "PyRoundLibError", "InvalidArgumentError", "UnsupportedDtypeError", "CudaError", "CudaNotCompiledError",
     "InternalError", "LibraryLoadError",
 ]

@@ -299,6 +299,32 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
                                    LLTMPointwiseFunction))
 
 
+class LLTMFunction(torch.autograd.Function):
+    """The whole cell as one autograd Function, shaped as the tutorial's ``LLTMFunction`` (and
+    pyroundlib 0.2.0's): ``LLTMFunction.apply(input, weights, bias, old_h, old_cell) -> (new_h,
+    new_cell)``.  The same kernels as ``lltm_cell``; first derivatives only (as the
+    tutorial's), in eager mode.  ``lltm_cell`` also checks its arguments and works under
+    autocast, double backward, torch.func, torch.compile and export: prefer it in new code."""
+
+    @staticmethod
+    def forward(ctx, input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor):
+        X = torch.cat([old_h, input], dim=1)
+        gates = torch.addmm(bias, X, weights.t())
+        new_h, new_cell = torch.ops.pyroundlib.lltm_forward_no_autograd(gates, old_cell)
+        ctx.save_for_backward(X, weights, gates, old_cell)
+        ctx.set_materialize_grads(False)  # an unused output's gradient reaches the kernel as NULL
+        return new_h, new_cell
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
+        X, weights, gates, old_cell = ctx.saved_tensors
+        d_gates, d_old_cell, d_bias = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+        d_X = d_gates.mm(weights)
+        state = old_cell.shape[1]
+        return d_X[:, state:], d_gates.t().mm(X), d_bias, d_X[:, :state], d_old_cell
+
+
 class LLTMParameters(torch.nn.Module):
     """The parameters the LLTM cell and layer share: ``weights`` [3*state_size,
     state_size+input_features] and ``bias`` [3*state_size], initialised uniform in

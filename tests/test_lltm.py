@@ -35,10 +35,10 @@ def assert_matches(name, got, ref, truth):
     assert ours <= limit, f"{name}: error {ours} vs the reference's {theirs} (limit {limit}, scale {scale})"
 
 
-def check_against_reference(args):
+def check_against_reference(args, cell=pyroundlib.lltm_cell):
     ref_args = clone_args(args)
     truth_args = [a.detach().double().requires_grad_() for a in args]
-    h, c = pyroundlib.lltm_cell(*args)
+    h, c = cell(*args)
     rh, rc = lltm_cell_reference(*ref_args)
     th, tc = lltm_cell_reference(*truth_args)
     assert_matches("new_h", h, rh, th.detach())
@@ -54,6 +54,15 @@ def check_against_reference(args):
 @pytest.mark.parametrize("batch,features,state", [(1, 1, 1), (3, 5, 4), (16, 32, 128), (7, 13, 33), (64, 3, 257)])
 def test_matches_reference(device, dtype, batch, features, state):
     check_against_reference(make_args(batch, features, state, dtype, device))
+
+
+@pytest.mark.parametrize("batch,features,state", [(3, 5, 4), (7, 13, 33)])
+def test_lltm_function_of_0_2_0(device, dtype, batch, features, state):
+    """LLTMFunction, the tutorial-shaped Function public in 0.2.0, is back: the cell's
+    outputs and first derivatives in every input; gradcheck in float64."""
+    check_against_reference(make_args(batch, features, state, dtype, device), pyroundlib.LLTMFunction.apply)
+    if dtype == torch.float64:
+        assert torch.autograd.gradcheck(pyroundlib.LLTMFunction.apply, make_args(batch, features, state, dtype, device))
 
 
 def test_large_gate_values(device, dtype):
