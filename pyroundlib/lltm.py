@@ -135,7 +135,7 @@ def _pointwise_backward(grad_h: Optional[Tensor], grad_cell: Optional[Tensor], g
     is recording (``create_graph=True``, torch.func)."""
     if torch.is_grad_enabled():
         return _backward_differentiable(grad_h, grad_cell, gates, old_cell)
-    d_gates, d_old_cell, _ = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell, False)
+    d_gates, d_old_cell, _ = torch.ops.pyroundlib.lltm_backward.default(grad_h, grad_cell, gates, old_cell, False)
     return d_gates, d_old_cell  # autograd's addmm backward sums the bias gradient
 
 
@@ -219,7 +219,7 @@ class LLTMPointwiseFunction(_LLTMPointwiseNoJvp):
 
     @staticmethod
     def forward(gates: Tensor, old_cell: Tensor) -> Tuple[Tensor, Tensor]:
-        return torch.ops.pyroundlib.lltm_forward_no_autograd(gates, old_cell)
+        return torch.ops.pyroundlib.lltm_forward_no_autograd.default(gates, old_cell)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -310,7 +310,7 @@ class LLTMFunction(torch.autograd.Function):
     def forward(ctx, input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor):
         X = torch.cat([old_h, input], dim=1)
         gates = torch.addmm(bias, X, weights.t())
-        new_h, new_cell = torch.ops.pyroundlib.lltm_forward_no_autograd(gates, old_cell)
+        new_h, new_cell = torch.ops.pyroundlib.lltm_forward_no_autograd.default(gates, old_cell)
         ctx.save_for_backward(X, weights, gates, old_cell)
         ctx.set_materialize_grads(False)  # an unused output's gradient reaches the kernel as NULL
         return new_h, new_cell
@@ -319,7 +319,7 @@ class LLTMFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_h: Optional[Tensor], grad_cell: Optional[Tensor]):
         X, weights, gates, old_cell = ctx.saved_tensors
-        d_gates, d_old_cell, d_bias = torch.ops.pyroundlib.lltm_backward(grad_h, grad_cell, gates, old_cell)
+        d_gates, d_old_cell, d_bias = torch.ops.pyroundlib.lltm_backward.default(grad_h, grad_cell, gates, old_cell)
         d_X = d_gates.mm(weights)
         state = old_cell.shape[1]
         return d_X[:, state:], d_gates.t().mm(X), d_bias, d_X[:, :state], d_old_cell

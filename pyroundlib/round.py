@@ -88,7 +88,7 @@ class RoundSTEFunction(_RoundSTENoJvp):
 
     @staticmethod
     def forward(x: Tensor) -> Tensor:
-        return torch.ops.pyroundlib.round_ste_no_autograd(x)
+        return torch.ops.pyroundlib.round_ste_no_autograd.default(x)
 
     @staticmethod
     def jvp(ctx, x_tangent: Tensor) -> Tensor:

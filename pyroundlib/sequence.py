@@ -427,7 +427,7 @@ def _backward(ctx, grad_output, grad_c_n, _grad_cells=None, _grad_gates=None):
         grad_output = torch.zeros_like(output)
     if torch.is_grad_enabled():  # a graph of the gradient is being built
         return _sequence_backward_differentiable(grad_output, grad_c_n, input, weights, bias, h0, c0)
-    return torch.ops.pyroundlib.lltm_sequence_backward(grad_output, grad_c_n, input, weights, h0, c0, output, cells,
+    return torch.ops.pyroundlib.lltm_sequence_backward.default(grad_output, grad_c_n, input, weights, h0, c0, output, cells,
                                                        gates)
 
 
@@ -476,7 +476,7 @@ class LLTMSequenceFunction(_LLTMSequenceNoJvp):
 
     @staticmethod
     def forward(input, weights, bias, h0, c0):
-        return torch.ops.pyroundlib.lltm_sequence_forward_no_autograd(input, weights, bias, h0, c0)
+        return torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default(input, weights, bias, h0, c0)
 
     @staticmethod
     def setup_context(ctx, inputs, outputs) -> None:
