@@ -335,12 +335,10 @@ def cell_loop(cell):
     return loop
 
 
-def sequence_cases(device, steps, batch, features, state, label, compiled=True):
-    """Forward+backward over a whole sequence: lltm_sequence against cuDNN's LSTM of the same
-    T, B, I, S and against cell loops; timed as wall time per sequence (host-bound calls
-    included) and, on a GPU, as GPU time."""
-    dtype, tf32 = SEQUENCE_PRECISIONS.get(label, (torch.float32, None))
-    tag = f"(T,B,I,S)=({steps},{batch},{features},{state})"
+def sequence_calls(device, steps, batch, features, state, dtype):
+    """(ours, cudnn, tensors): forward+backward over one sequence by lltm_sequence and by
+    nn.LSTM of the same T, B, I, S, on fresh random data; tensors = (x, weights, bias, h0, c0,
+    the output's gradient)."""
     kw = dict(device=device, dtype=dtype)
     x = torch.randn(steps, batch, features, **kw, requires_grad=True)
     weights = (torch.randn(3 * state, state + features, **kw) / math.sqrt(state)).requires_grad_()
@@ -349,15 +347,26 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
     grad = torch.randn(steps, batch, state, **kw)
     lstm = torch.nn.LSTM(features, state).to(**kw)
     lstm_params = [x] + list(lstm.parameters())
-    params = [x, weights, bias]
 
     def ours():
         output, _ = pyroundlib.lltm_sequence(x, weights, bias, (h0, c0))
-        return torch.autograd.grad(output, params, grad)
+        return torch.autograd.grad(output, [x, weights, bias], grad)
 
     def cudnn():
         output, _ = lstm(x, (h0.unsqueeze(0), c0.unsqueeze(0)))
         return torch.autograd.grad(output, lstm_params, grad)
+
+    return ours, cudnn, (x, weights, bias, h0, c0, grad)
+
+
+def sequence_cases(device, steps, batch, features, state, label, compiled=True):
+    """Forward+backward over a whole sequence: lltm_sequence against cuDNN's LSTM of the same
+    T, B, I, S and against cell loops; timed as wall time per sequence (host-bound calls
+    included) and, on a GPU, as GPU time."""
+    dtype, tf32 = SEQUENCE_PRECISIONS.get(label, (torch.float32, None))
+    tag = f"(T,B,I,S)=({steps},{batch},{features},{state})"
+    ours, cudnn, (x, weights, bias, h0, c0, grad) = sequence_calls(device, steps, batch, features, state, dtype)
+    params = [x, weights, bias]
 
     def loop(fn):
         return lambda: torch.autograd.grad(fn(x, weights, bias, h0, c0), params, grad)

@@ -20,7 +20,6 @@ import contextlib
 import datetime
 import gc
 import json
-import math
 import os
 import statistics
 import sys
@@ -176,27 +175,11 @@ def cpu_one_thread():
 
 # ---- cases -------------------------------------------------------------------------------------
 
-def sequence_case(device, size, label, variants_off, rounds_note=""):
+def sequence_case(device, size, label, variants_off):
     """The README's sequence row: forward+backward, wall time per call, against nn.LSTM."""
     dtype, tf32 = bench.SEQUENCE_PRECISIONS.get(label, (torch.float32, None))
     steps, batch, features, state = size
-    kw = dict(device=device, dtype=dtype)
-    x = torch.randn(steps, batch, features, **kw, requires_grad=True)
-    weights = (torch.randn(3 * state, state + features, **kw) / math.sqrt(state)).requires_grad_()
-    bias = torch.zeros(3 * state, **kw, requires_grad=True)
-    h0, c0 = torch.randn(batch, state, **kw), torch.randn(batch, state, **kw)
-    grad = torch.randn(steps, batch, state, **kw)
-    lstm = torch.nn.LSTM(features, state).to(**kw)
-    lstm_params = [x] + list(lstm.parameters())
-
-    def ours():
-        output, _ = pyroundlib.lltm_sequence(x, weights, bias, (h0, c0))
-        return torch.autograd.grad(output, [x, weights, bias], grad)
-
-    def cudnn():
-        output, _ = lstm(x, (h0.unsqueeze(0), c0.unsqueeze(0)))
-        return torch.autograd.grad(output, lstm_params, grad)
-
+    ours, cudnn, _ = bench.sequence_calls(device, steps, batch, features, state, dtype)
     variants = {WITH_ALL: under(Patch(), ours), bench.CUDNN: cudnn}
     for name, patch in variants_off.items():
         variants[name] = under(patch, ours)
