@@ -2,7 +2,7 @@
 
     python benchmarks/mechanisms.py [--rounds 11] [--only TEXT|TEXT] [--out benchmarks/results/mechanisms]
 
-Each case is a row of the README's performance tables; its variants are pyroundlib as it is
+Each case is a row of the README's performance table; its variants are pyroundlib as it is
 ("with all") and pyroundlib with one mechanism switched off, plus the row's peer, timed as
 ``bench.py`` times them (interleaved rounds in a fresh random order, medians, the median of
 per-round ratios).  A mechanism is switched off by patching the package for the duration of

@@ -46,7 +46,7 @@ def test_private_name_finder_finds_them():
 
 
 # The one private torch name the package may use, and where: behind pick_stream_query's
-# feature test, with a public fallback that the tests below force (README: Private torch API).
+# feature test, with a public fallback that the tests below force (docs/design.md: Private torch API).
 ALLOWED_PRIVATE = {"_common.py": {"torch._C", "torch._C._cuda_getCurrentRawStream"}}
 
 
