@@ -75,8 +75,15 @@ def under(patch: Patch, fn):
 # ---- the mechanisms, each as a Patch that switches it off -------------------------------------
 
 def route_fixed(route):
-    """Every sequence call takes ``route`` (sequence.FUSED, ONE_CALL or STEPS)."""
+    """Every sequence call takes ``route`` (sequence.FUSED, ONE_CALL, REPLAYED or STEPS)."""
     return (sequence, "_route", lambda *args: route)
+
+
+def kernels_absent(query):
+    """``_route`` decides as if the kernels behind ``query`` never fit: the call takes the
+    route it would take without them."""
+    fits = sequence._fits
+    return (sequence, "_fits", lambda cache, q, *args: False if q == query else fits(cache, q, *args))
 
 
 def loop_twins():
@@ -246,6 +253,9 @@ def memory_of(fn, patch: Patch, calls: int = 4) -> tuple[float, float]:
     return peak / 2**20, held / 2**20
 
 
+FUSED_FITS, PERSISTENT_FITS = "prl_lltm_sequence_fused_cuda_fits", "prl_lltm_sequence_cuda_fits"
+
+
 def build_cases(device, quick=False):
     host = {  # per-call host path: every row where host time bounds the call
         "no _no_autograd twin": Patch(differentiable_op_in_forward()),
@@ -263,16 +273,14 @@ def build_cases(device, quick=False):
         cases += round_cases(device, 2**20, rounds)[1:]
         cases.append(cell_case(device, (16, 32, 128), host))
         small = host
-        steps = sequence.STEPS
         for label in ("float32 TF32 off", "bfloat16"):
             cases.append(sequence_case(device, (8, 32, 8, 64), label, {
                 **(small if label != "bfloat16" else {}),
-                "no fused kernels (steps, graphs)": Patch([route_fixed(steps)] + loop_twins()),
-                "no fused kernels, no graphs": Patch([route_fixed(steps)] + loop_twins(),
-                                                     env={graphs.ENV_VAR: "0"})}))
+                "no fused kernels (the next route)": Patch([kernels_absent(FUSED_FITS)] + loop_twins()),
+                "no fused kernels, replayed steps": Patch([route_fixed(sequence.REPLAYED)] + loop_twins())}))
         cases.append(sequence_case(device, (50, 64, 256, 512), "float32 TF32 off", {
-            "no persistent kernels (steps, graphs)": Patch([route_fixed(steps)] + loop_twins()),
-            "no persistent kernels, no graphs": Patch([route_fixed(steps)] + loop_twins(), env={graphs.ENV_VAR: "0"})}))
+            "no persistent kernels (the next route)": Patch([kernels_absent(PERSISTENT_FITS)] + loop_twins()),
+            "no persistent kernels, replayed steps": Patch([route_fixed(sequence.REPLAYED)] + loop_twins())}))
         sizes = [(50, 64, 256, 512)] + ([] if quick else [(100, 256, 512, 1024)])
         for size in sizes:
             for label in ("bfloat16", "float32 TF32 off", "float32 TF32 on"):
