@@ -553,15 +553,23 @@ def main(argv=None):
         return _run(args, device, rounds, round_seconds, info, [note])
 
 
+@contextlib.contextmanager
+def case_settings(case: Case, notes: list):
+    """The case's settings applied inside the block (and restored after, even when it fails);
+    each applied setting is noted."""
+    with contextlib.ExitStack() as stack:
+        for owner, name, value in case.settings:
+            notes.append(dict(stack.enter_context(setting(owner, name, value)), case=case.name))
+        yield
+
+
 def run_cases(cases, device, rounds, round_seconds, notes) -> dict[str, Result]:
     """Each case on its device (the "CPU: " ones on the CPU), with its settings applied while
-    it runs (and restored after, even when it fails); each applied setting is noted."""
+    it runs (``case_settings``)."""
     results: dict[str, Result] = {}
     for case in cases:
         on = torch.device("cpu") if case.name.startswith("CPU") else device
-        with contextlib.ExitStack() as stack:
-            for owner, name, value in case.settings:
-                notes.append(dict(stack.enter_context(setting(owner, name, value)), case=case.name))
+        with case_settings(case, notes):
             results[case.name] = run_case(case, on, rounds, round_seconds)
         print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in results[case.name].medians.items()),
               flush=True)

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
-from bench import OURS, Case, RoundInFunction, run_case, setting  # noqa: E402
+from bench import OURS, Case, RoundInFunction, run_case  # noqa: E402
 
 import pyroundlib  # noqa: E402
 from pyroundlib import _common, graphs, lltm, round as round_module, sequence  # noqa: E402
@@ -334,9 +334,7 @@ def main(argv=None):
     rows, memory, notes = [], {}, []
     for case in cases:
         on = torch.device("cpu") if case.name.startswith("CPU") else device
-        with contextlib.ExitStack() as stack:
-            for owner, name, value in case.settings:
-                notes.append(dict(stack.enter_context(setting(owner, name, value)), case=case.name))
+        with bench.case_settings(case, notes):
             result = run_case(case, on, args.rounds, 0.02)
             mem = getattr(case, "memory", None)
             if mem is not None:

@@ -25,7 +25,8 @@ from .sequence import LLTMLayer, LLTMSequenceFunction, lltm_sequence
 __all__ = [
     "__version__", "SUPPORTED_TORCH", "ABI_VERSION", "library_info",
     "round_ste", "RoundSTE", "RoundSTEFunction",
-    "lltm_cell", "LLTM", "LLTMFunction", "LLTMPointwiseFunction", "lltm_sequence", "LLTMLayer", "LLTMSequenceFunction",
+    "lltm_cell", "LLTM", "LLTMFunction", "LLTMPointwiseFunction",
+    "lltm_sequence", "LLTMLayer", "LLTMSequenceFunction",
     "PyRoundLibError", "InvalidArgumentError", "UnsupportedDtypeError", "CudaError", "CudaNotCompiledError",
     "InternalError", "LibraryLoadError",
 ]

@@ -427,8 +427,8 @@ def _backward(ctx, grad_output, grad_c_n, _grad_cells=None, _grad_gates=None):
         grad_output = torch.zeros_like(output)
     if torch.is_grad_enabled():  # a graph of the gradient is being built
         return _sequence_backward_differentiable(grad_output, grad_c_n, input, weights, bias, h0, c0)
-    return torch.ops.pyroundlib.lltm_sequence_backward.default(grad_output, grad_c_n, input, weights, h0, c0, output, cells,
-                                                       gates)
+    return torch.ops.pyroundlib.lltm_sequence_backward.default(grad_output, grad_c_n, input, weights, h0, c0,
+                                                               output, cells, gates)
 
 
 # The forward op is differentiable on its own too (in all five inputs, to any order): what
