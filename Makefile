@@ -61,10 +61,13 @@ windows:
 # ---- one build, every torch; one wheel, every Python -------------------------------------
 # test-matrix: the library built once (`build`), then the whole suite under each torch of
 # TORCH_VERSIONS, each in its own virtual environment under MATRIX_DIR (made on first use,
-# kept for the next run).  Every version runs, then the target fails if any failed.
+# kept for the next run; KEEP_VENVS=0 removes each once its tests ran: a CUDA build of
+# torch is about 5 GB).  Every version runs, then the target fails if any failed.
 TORCH_VERSIONS ?= 2.4.1 2.13.0 2.14.1
 MATRIX_DIR     ?= build-matrix
 MATRIX_PYTEST_ARGS ?= -q -p no:cacheprovider
+KEEP_VENVS     ?= 1
+drop_venv = { [ "$(KEEP_VENVS)" != 0 ] || rm -rf "$(1)"; }
 # venv DIR PYTHON TORCH: a virtual environment at DIR, made by PYTHON, holding torch==TORCH
 # and the test requirements (left as it is when it already holds them).
 venv = { "$(1)/bin/python" -c "import sys, torch, pytest, hypothesis, numpy; \
@@ -79,6 +82,7 @@ test-matrix: build
 	  $(call venv,$$env,$(PYTHON),$$v) || { failed="$$failed $$v(install)"; continue; }; \
 	  PYROUNDLIB_LIBRARY=$(CURDIR)/$(BUILD_DIR)/$(LIB) "$$env/bin/python" -m pytest $(MATRIX_PYTEST_ARGS) tests \
 	    || failed="$$failed $$v"; \
+	  $(call drop_venv,$$env); \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-matrix: FAILED for torch$$failed"; exit 1; fi; \
 	echo "test-matrix: passed for torch $(TORCH_VERSIONS)"
@@ -120,6 +124,7 @@ test-wheel: wheel
 	  $(call venv,$$env,$$py,$$t) || { failed="$$failed $$pair(install)"; continue; }; \
 	  "$$env/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$$wheel" \
 	    && $(MAKE) --no-print-directory test-installed PYTHON="$$env/bin/python" || failed="$$failed $$pair"; \
+	  $(call drop_venv,$$env); \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-wheel: FAILED for Python:torch$$failed"; exit 1; fi; \
 	echo "test-wheel: passed for Python:torch $(WHEEL_MATRIX)"
