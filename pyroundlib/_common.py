@@ -7,7 +7,7 @@ import os
 import torch
 from torch.autograd import forward_ad
 
-from . import _ffi
+from . import _ffi, _threads
 
 # torch dtype -> prl_dtype code (native/include/pyroundlib.h)
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
@@ -232,7 +232,9 @@ class Kernel:
 
     ``kernel(t, *args)`` calls ``prl_<name>_cpu(*args)`` or, for a CUDA tensor ``t``,
     ``prl_<name>_cuda(*args, device_index, stream)`` with the current stream of ``t``'s
-    own device; the library makes that device current around the launch.  A non-zero
+    own device; the library makes that device current around the launch.  A CPU call first
+    gives the library torch's intra-op thread count and threads (``_threads.follow_torch``),
+    among which it splits the work.  A non-zero
     status raises.  The CPU call releases the GIL while the kernel computes; the CUDA
     call, which only enqueues a launch, keeps it (``Library.entry``).  ``cpu=False``: an
     op with a CUDA entry point only.
@@ -257,6 +259,7 @@ class Kernel:
             index = t.get_device()
             status = self._cuda(*args, index, current_stream_handle(index))  # see pick_stream_query
         elif t.is_cpu and self._cpu is not None:
+            _threads.follow_torch()
             status = self._cpu(*args)
         else:
             raise ValueError(f"pyroundlib has no {self.name} kernel for device {t.device}")

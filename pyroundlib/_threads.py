@@ -1,8 +1,9 @@
-"""The library's CPU threads follow torch's intra-op threads.
+"""The library's CPU threads follow torch's intra-op threads, and its products torch's BLAS.
 
-The CPU sequence loop (prl_lltm_sequence_*_cpu) splits its batch among threads.  It uses
-as many as torch's intra-op pool has (torch.set_num_threads; 1 in a DataLoader worker),
-and, where torch runs that pool on OpenMP, the very same threads: the library is handed
+The CPU kernels split their work among threads (the elementwise kernels chunks of their
+arrays, the sequence loops their cells).  They use as many as torch's intra-op pool has
+(torch.set_num_threads; 1 in a DataLoader worker), and, where torch runs that pool on
+OpenMP, the very same threads: the library is handed
 GOMP_parallel, the fork-join entry point of the OpenMP runtime already loaded with torch
 (libgomp, or LLVM's or Intel's runtime, which export it too).  Those threads are usually
 still spinning from torch's last op; a second set of threads would compete with them for
@@ -11,21 +12,53 @@ by), the loop stays on the calling thread: the library's own workers would compe
 torch's spinning threads in the same way (measured on a 16-core Xeon: after a torch GEMM,
 16 of them took the (8, 32, 8, 64) forward from 272 to 352 us, torch's 16 OpenMP threads
 to 111 us).  They remain for C callers (prl_set_cpu_threads without prl_set_cpu_parallel).
+
+The sequence loops multiply with the BLAS torch's CPU GEMMs use, where one exports the
+standard sgemm_/dgemm_ (torch's x86-64 wheels: MKL, inside libtorch_cpu): each step's
+product is then exactly torch.mm's.  Without one (PYROUNDLIB_CPU_BLAS=0, or a torch whose
+BLAS exports none), the library's own register-tiled product.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import re
-from typing import Optional
+import sys
+from typing import Optional, Tuple
 
 import torch
 
 from . import _ffi
 
 _OPENMP_RUNTIME = re.compile(r"lib(g|i)?omp\d*([-.][\w.-]*)?\.so")
-# torch's thread count last seen, and what the library was given (parallel None: not yet looked for)
-_given = {"torch": 1, "threads": 1, "parallel": None}
+_BLAS = re.compile(r"lib(torch_cpu|mkl_rt|openblas\w*|blas)([-.][\w.-]*)?\.so")
+BLAS_ENV_VAR = "PYROUNDLIB_CPU_BLAS"  # "0": the library's own product, not torch's BLAS
+# torch's thread count last seen, and what the library was given (parallel, gemm None: not yet looked for)
+_given = {"torch": 1, "threads": 1, "parallel": None, "gemm": None}
+
+
+def _loaded(pattern) -> list:
+    """Paths of the shared libraries in this process whose file name matches pattern, those
+    inside torch's package first."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {fields[5].strip() for fields in (line.split(None, 5) for line in maps) if len(fields) == 6}
+    except OSError:
+        return []
+    return sorted((path for path in paths if pattern.match(os.path.basename(path))), key=_torch_first)
+
+
+def _torch_first(path: str):
+    return not path.startswith(os.path.dirname(torch.__file__) + os.sep), path
+
+
+def _address(path: str, symbol: str) -> Optional[int]:
+    """symbol's address in the library at path, already loaded (RTLD_NOLOAD), or None."""
+    try:
+        library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        return ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
 
 
 def openmp_parallel() -> Optional[int]:
@@ -34,30 +67,40 @@ def openmp_parallel() -> Optional[int]:
     (RTLD_NOLOAD); of several, the one inside torch's package comes first, then libgomp."""
     if not torch.backends.openmp.is_available() or not hasattr(os, "RTLD_NOLOAD"):
         return None
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {fields[5] for fields in (line.split(None, 5) for line in maps) if len(fields) == 6}
-    except OSError:
-        return None
-    torch_dir = os.path.dirname(torch.__file__) + os.sep
-    runtimes = sorted((path.strip() for path in paths if _OPENMP_RUNTIME.match(os.path.basename(path.strip()))),
-                      key=lambda path: (not path.startswith(torch_dir), "gomp" not in path, path))
+    runtimes = sorted(_loaded(_OPENMP_RUNTIME), key=lambda path: (_torch_first(path)[0], "gomp" not in path, path))
     for path in runtimes:
-        try:
-            runtime = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-            return ctypes.cast(runtime.GOMP_parallel, ctypes.c_void_p).value
-        except (OSError, AttributeError):
-            continue
+        address = _address(path, "GOMP_parallel")
+        if address:
+            return address
     return None
 
 
+def blas_gemm() -> Tuple[Optional[int], Optional[int]]:
+    """The addresses of sgemm_ and dgemm_ of the BLAS torch's CPU GEMMs run on, or Nones:
+    those exported by a library already loaded (torch's own first: the x86-64 wheels link
+    MKL into libtorch_cpu and export its BLAS interface; else an MKL or OpenBLAS torch
+    loaded).  None on a big-endian host (prl_set_cpu_gemm) and with PYROUNDLIB_CPU_BLAS=0."""
+    if os.environ.get(BLAS_ENV_VAR) == "0" or sys.byteorder != "little" or not hasattr(os, "RTLD_NOLOAD"):
+        return None, None
+    for path in _loaded(_BLAS):
+        sgemm, dgemm = _address(path, "sgemm_"), _address(path, "dgemm_")
+        if sgemm and dgemm:
+            return sgemm, dgemm
+    return None, None
+
+
 def follow_torch() -> None:
-    """Gives the library torch's thread count and, on first need, its OpenMP runtime; one
-    thread where there is no runtime to share."""
+    """Gives the library torch's thread count and, on first need, its OpenMP runtime (one
+    thread where there is no runtime to share) and its BLAS."""
     threads = torch.get_num_threads()
-    if threads == _given["torch"]:
+    if threads == _given["torch"] and _given["gemm"] is not None:
         return
     library = _ffi.library()
+    if _given["gemm"] is None:
+        _given["gemm"] = blas_gemm()
+        library.prl_set_cpu_gemm(*_given["gemm"])
+        if threads == _given["torch"]:
+            return
     if threads > 1 and _given["parallel"] is None:
         _given["parallel"] = openmp_parallel() or 0
         library.prl_set_cpu_parallel(_given["parallel"] or None)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _ffi, _threads, graphs
+from . import _ffi, graphs
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor,
                       define_op, function_for, has_tangent, ptr, signature_once)
 from .lltm import (LLTMParameters, _backward_differentiable, _forward_kernel, _pointwise_differentiable,
@@ -49,15 +49,18 @@ from .lltm import (LLTMParameters, _backward_differentiable, _forward_kernel, _p
 # ONE_CALL  The recurrence in one library call per direction.  CUDA, float32 and float64, where
 #           the recurrent weights fit in the registers of one co-resident grid (the persistent
 #           kernels): from PERSISTENT_MIN_STEPS steps or PERSISTENT_MIN_WORK on, and at any
-#           length where the step loop would not be replayed (below).  CPU, every dtype, while a
-#           step's product (B*S*3S multiply-adds) is at most CPU_MAX_STEP_WORK: there the loop's
-#           per-step Python, dispatch and ctypes calls would cost more than the product.
+#           length where the step loop would not be replayed (below).  CPU, every dtype and
+#           size: the library splits each call among torch's threads as the machine and the
+#           sizes allow (by batch rows, or step by step by columns: Plan in
+#           native/src/lltm_sequence_cpu.cpp), and its products are as fast as torch's GEMMs
+#           at these sizes while it pays no per-step Python, dispatch or ctypes call (the step
+#           loop took 1.0-5.2x its time on a 2-core and a 16-core machine: benchmarks/NOTES.md).
 # REPLAYED  The step loop from Python (a torch GEMM and a pointwise kernel per step), captured
 #           into CUDA graphs and replayed (graphs.py), where the products run on tensor cores
 #           (float16, bfloat16; float32 with TF32 allowed): a step's GPU work is then short next
 #           to its launches, and the replay is the call's speed.
-# STEPS     The step loop as it is: on the CPU for larger products (torch's threaded GEMMs); on
-#           CUDA where the products run in full precision (float32 without TF32, float64), whose
+# STEPS     The step loop as it is: on the CPU only when asked for (=0) or where the library
+#           loop cannot take the sizes (B*3S or T of 2^31 or more); on CUDA where the products run in full precision (float32 without TF32, float64), whose
 #           GPU time hides the launches at the sizes the kernels above leave to this route (the
 #           graphs bought 3% there and held ~1 GB at (100, 256, 512, 1024)); and with
 #           PYROUNDLIB_CUDA_GRAPHS=0.
@@ -71,7 +74,6 @@ FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
 FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels beat the replayed loop
 PERSISTENT_MIN_STEPS = 16  # T from which they beat it at any T * B * S
-CPU_MAX_STEP_WORK = 1 << 21  # B * S * 3S up to which the CPU loop in the library pays
 # A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
 # replays; the loops launch about 2T + 2 and 2T + 8 kernels: from this many steps on, the
 # replay costs less host time than the loop run as it is.
@@ -85,9 +87,7 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
     choice = os.environ.get(PERSISTENT_ENV_VAR, "")
     if t.is_cpu:
         accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the library's sequence loop takes
-        if choice != "0" and accepted and (choice == "1" or batch * state * 3 * state <= CPU_MAX_STEP_WORK):
-            return ONE_CALL
-        return STEPS
+        return ONE_CALL if choice != "0" and accepted else STEPS
     tensor_cores = t.dtype in _TENSOR_CORE_DTYPES or (t.dtype == torch.float32
                                                        and torch.backends.cuda.matmul.allow_tf32)
     persistent = choice != "0" and (choice == "1" or t.dtype in _PERSISTENT_DTYPES) \
@@ -189,7 +189,6 @@ def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, 
     state = h0.shape[1]
     gates = F.linear(input, weights[:, state:], bias)  # the input half of every step (fewer host ops than out=)
     output, cells, c_n = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state), torch.empty_like(c0)
-    _threads.follow_torch()
     _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
                              c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), steps, batch, state,
                              DTYPE_CODES[input.dtype])
@@ -203,8 +202,6 @@ def _backward_one_call(grad_output: Tensor, grad_c_n: Optional[Tensor], input: T
     steps, batch, features = input.shape
     state = h0.shape[1]
     d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
-    if input.is_cpu:
-        _threads.follow_torch()
     _sequence_backward_kernel(input, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(),
                               weights.data_ptr(), state + features, c0.data_ptr(), cells.data_ptr(),
                               d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), steps, batch, state,

@@ -50,6 +50,16 @@ def test_special_values(device, dtype):
     assert bits_equal(pyroundlib.round_ste(x), torch.round(x))
 
 
+@pytest.mark.parametrize("dtype16", [torch.float16, torch.bfloat16], ids=str)
+def test_every_16_bit_value(device, dtype16):
+    """All 65536 bit patterns of each 16-bit type, and a run of them long enough to be split
+    among threads: the same bits as torch.round (NaNs as NaNs)."""
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype16).to(device)
+    assert bits_equal(pyroundlib.round_ste(x), torch.round(x))
+    many = x.repeat(9)[5:]  # 589,819 elements: chunks of 32768, the last one short
+    assert bits_equal(pyroundlib.round_ste(many), torch.round(many))
+
+
 def test_sigmoid_outputs_binarise(device, dtype):
     p = torch.sigmoid(torch.randn(1000, dtype=torch.float64) * 4).to(dtype=dtype, device=device)
     y = pyroundlib.round_ste(p)

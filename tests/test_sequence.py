@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pyroundlib
-from pyroundlib import graphs, sequence
+from pyroundlib import _threads, graphs, sequence
 from pyroundlib.reference import lltm_cell_reference
 
 from conftest import CUDA, TOLERANCES, requires_cuda, requires_two_gpus, run_python_ok
@@ -21,15 +21,32 @@ ARGNUMS = (0, 1, 2, 3, 4)
 ROUTES = {"steps": "0", "fused": "fused"}  # the route suffix -> PYROUNDLIB_PERSISTENT_SEQUENCE; none: "1"
 
 
-@pytest.fixture(params=["cpu", "cpu-steps"] + (["cuda", "cuda-steps", "cuda-fused"] if CUDA else []))
+@pytest.fixture(params=["cpu", "cpu-own", "cpu-steps"] + (["cuda", "cuda-steps", "cuda-fused"] if CUDA else []))
 def device(request, monkeypatch):
     """Every route on each device: "cpu" / "cuda" run the recurrence in one library call per
-    direction (the CPU loop; the persistent kernels wherever they fit, every size these tests
-    use), "cpu-steps" / "cuda-steps" step by step from Python (the loops, graphs.py),
-    "cuda-fused" the whole sequence, products included, in the fused kernels."""
+    direction (the CPU loop, its products by torch's BLAS where it exports one; the persistent
+    kernels wherever they fit, every size these tests use), "cpu-own" the CPU loop with the
+    library's own product, "cpu-steps" / "cuda-steps" step by step from Python (the loops,
+    graphs.py), "cuda-fused" the whole sequence, products included, in the fused kernels."""
     name, _, route = request.param.partition("-")
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, ROUTES.get(route, "1"))
-    return torch.device(name)
+    if route == "own":
+        with own_product():
+            yield torch.device(name)
+    else:
+        yield torch.device(name)
+
+
+@contextlib.contextmanager
+def own_product():
+    """The CPU loop multiplies with the library's own product, not torch's BLAS."""
+    lib = pyroundlib._ffi.library()
+    _threads.follow_torch()  # looks for the BLAS first, so that it is not handed over inside the block
+    lib.prl_set_cpu_gemm(None, None)
+    try:
+        yield
+    finally:
+        lib.prl_set_cpu_gemm(*_threads._given["gemm"])
 
 
 def reference(input, weights, bias, h0, c0):
@@ -488,7 +505,7 @@ def test_step_by_step_route_under_the_cuda_malloc_async_allocator():
     code = f"""
 import os, sys, torch
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-from pyroundlib import graphs, sequence
+from pyroundlib import _threads, graphs, sequence
 from test_sequence import seq_args, ours, weighted_loss
 assert torch.cuda.get_allocator_backend() == "cudaMallocAsync"
 args = seq_args(9, 5, 6, 32, torch.bfloat16, "cuda")  # 16-bit: the step loop is replayed
@@ -516,7 +533,7 @@ def test_graph_replay_of_repeated_calls_survives_other_allocations():
     code = f"""
 import os, random, sys, torch
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-from pyroundlib import graphs, sequence
+from pyroundlib import _threads, graphs, sequence
 from test_sequence import seq_args, ours, weighted_loss
 args = seq_args(17, 5, 6, 32, torch.bfloat16, "cuda")
 os.environ[sequence.PERSISTENT_ENV_VAR] = "0"
@@ -554,7 +571,7 @@ print("OK")
 REPLAY_CODE = """
 import os, sys, torch
 sys.path.insert(0, {tests!r})
-from pyroundlib import graphs, sequence
+from pyroundlib import _threads, graphs, sequence
 from test_sequence import seq_args, ours, weighted_loss, check_against_reference
 from conftest import TOLERANCES
 os.environ[sequence.PERSISTENT_ENV_VAR] = {route!r}
@@ -751,13 +768,14 @@ def test_fused_kernels_refuse_what_does_not_fit(monkeypatch):
 
 
 def test_cpu_route_by_default(monkeypatch):
-    """Unset, the CPU loop in the library runs while one step's product is small, in every dtype;
-    =1 forces it, =0 the step loop."""
+    """Unset, the CPU loop in the library runs at every size, in every dtype; =1 forces it,
+    =0 the step loop."""
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
     for dtype, shape, want in [(torch.float32, (8, 32, 8, 64), sequence.ONE_CALL),
                                (torch.bfloat16, (8, 32, 8, 64), sequence.ONE_CALL),
                                (torch.float64, (100, 64, 8, 100), sequence.ONE_CALL),
-                               (torch.float32, (50, 64, 256, 512), sequence.STEPS)]:
+                               (torch.float32, (50, 64, 256, 512), sequence.ONE_CALL),
+                               (torch.float32, (1, 2**20, 8, 1024), sequence.STEPS)]:  # B*3S >= 2^31
         assert sequence._route(torch.empty(1, dtype=dtype), *shape) == want, (dtype, shape)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     assert sequence._route(torch.empty(1), 50, 64, 256, 512) == sequence.ONE_CALL

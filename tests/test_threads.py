@@ -126,10 +126,12 @@ def cpu_threads(monkeypatch):
         monkeypatch.setattr(_threads, "follow_torch", lambda: lib.prl_set_cpu_threads(threads))
         lib.prl_set_cpu_parallel(runner)
 
+    _threads.follow_torch()  # the BLAS looked for
     yield give
     torch.set_num_threads(before)
     lib.prl_set_cpu_threads(_threads._given["threads"])
     lib.prl_set_cpu_parallel(_threads._given["parallel"] or None)
+    lib.prl_set_cpu_gemm(*_threads._given["gemm"])
 
 
 def python_runner(calls):
@@ -168,7 +170,7 @@ def test_one_thread_without_an_openmp_runtime(monkeypatch):
     lib, before, kept = _ffi.library(), torch.get_num_threads(), dict(_threads._given)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     monkeypatch.setattr(_threads, "openmp_parallel", lambda: None)
-    monkeypatch.setattr(_threads, "_given", {"torch": 1, "threads": 1, "parallel": None})
+    monkeypatch.setattr(_threads, "_given", {"torch": 1, "threads": 1, "parallel": None, "gemm": kept["gemm"]})
     calls = []
     runner = python_runner(calls)
     lib.prl_set_cpu_parallel(runner)  # replaced by NULL when pyroundlib finds no runtime
@@ -176,7 +178,8 @@ def test_one_thread_without_an_openmp_runtime(monkeypatch):
     try:
         torch.set_num_threads(3)
         sequence_results()
-        assert lib.prl_cpu_threads() == 1 and _threads._given == {"torch": 3, "threads": 1, "parallel": 0}
+        assert lib.prl_cpu_threads() == 1
+        assert _threads._given == {"torch": 3, "threads": 1, "parallel": 0, "gemm": kept["gemm"]}
         lib.prl_set_cpu_threads(3)  # the library's own workers, not the runner, now split the work
         sequence_results()
         assert calls == []
@@ -197,31 +200,93 @@ def test_openmp_runtime_is_found():
     assert re.search(r"lib(g|i)?omp", maps)
 
 
+def test_blas_is_found():
+    """On x86-64 Linux, torch's BLAS (MKL, inside libtorch_cpu) is handed to the library, and
+    its sgemm_ computes what torch.mm computes, bit for bit (64-bit integer arguments read
+    right by an LP64 BLAS)."""
+    sgemm, dgemm = _threads.blas_gemm()
+    if not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"):
+        pytest.skip("torch's BLAS is looked for everywhere, required here on x86-64 Linux only")
+    assert sgemm and dgemm
+    _threads.follow_torch()
+    assert _threads._given["gemm"] == (sgemm, dgemm)
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(sgemm)
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    c = torch.full((5, 3), float("nan"))
+    m, n, k = (ctypes.c_int64(v) for v in (5, 3, 7))
+    one, zero = ctypes.c_float(1), ctypes.c_float(0)
+    ref = ctypes.byref
+    fn(ctypes.c_char_p(b"N"), ctypes.c_char_p(b"N"), ref(n), ref(m), ref(k), ref(one), b.data_ptr(), ref(n),
+       a.data_ptr(), ref(k), ref(zero), c.data_ptr(), ref(n))
+    assert torch.equal(c, a @ b)
+
+
+@pytest.mark.parametrize("size", [(8, 32, 8, 64), (30, 4, 256, 256), (10, 700, 64, 256)])
+def test_sequence_loop_with_blas_is_the_same_at_any_thread_count(monkeypatch, size):
+    """With torch's BLAS, each step's product is one BLAS call over the whole batch (threaded
+    by MKL, which splits no sum), and the cells are split in fixed chunks: what the loop
+    computes (the outputs, c_n, d_h0, d_c0) is bit for bit the same at any torch thread
+    count.  (The products over all steps outside the loop are torch's own GEMMs.)"""
+    if not _threads.blas_gemm()[0] or os.uname().machine != "x86_64":
+        pytest.skip("MKL: torch's BLAS on x86-64")
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    before = torch.get_num_threads()
+    try:
+        results = {}
+        for threads in (1, 2, 3, 5):
+            torch.set_num_threads(threads)
+            output, h, c, _, _, _, d_h0, d_c0 = sequence_results(*size[:2], size[2], size[3])
+            results[threads] = (output, c, d_h0, d_c0)
+    finally:
+        torch.set_num_threads(before)
+    for threads, got in results.items():
+        for name, a, b in zip(["output", "c_n", "d_h0", "d_c0"], results[1], got):
+            assert torch.equal(a, b), (threads, name)
+
+
+def test_blas_off_by_environment(monkeypatch):
+    monkeypatch.setenv(_threads.BLAS_ENV_VAR, "0")
+    assert _threads.blas_gemm() == (None, None)
+
+
 RUNNERS = ["own workers", "OpenMP runtime", "Python threads"]
 
 
+# (batch, state, the library's own product): the loop's splits (native/src/lltm_sequence_cpu.cpp, Plan)
+SPLITS = {"rows": (23, 64, True),  # 23 rows: tiles of 3 or 6, the last short, split among the threads
+          "columns": (2, 256, True),  # 2 rows: each step's product split by column panels from 3 threads on
+          "BLAS": (3, 256, False)}  # torch's BLAS, one call a step, at every thread count
+
+
+@pytest.mark.parametrize("split", list(SPLITS))
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner):
-    """Each batch row's recurrence is computed the same way whichever thread runs it, so
-    every output and gradient is bit-for-bit the one-thread one, for 2-16 threads run by
-    the library's own workers, by torch's OpenMP runtime, or by any runner keeping
-    prl_parallel_fn's contract."""
+def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, split):
+    """Each element is computed by the same code in the same order however the work is
+    split, so every output and gradient is bit-for-bit the one-thread one, for 2-16 threads
+    run by the library's own workers, by torch's OpenMP runtime, or by any runner keeping
+    prl_parallel_fn's contract: split by rows, step by step by columns (the one-thread call
+    splits nothing), or with the products by torch's BLAS."""
     lib, calls = _ffi.library(), []
+    batch, state, own = SPLITS[split]
+    if own:
+        lib.prl_set_cpu_gemm(None, None)  # the fixture hands torch's back
+    elif not _threads._given["gemm"][0]:
+        pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")
     given = {"own workers": None, "OpenMP runtime": _threads.openmp_parallel(),
              "Python threads": python_runner(calls)}[runner]
     if runner == "OpenMP runtime" and not given:
         pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
     for dtype in (torch.float32, torch.bfloat16):
         cpu_threads(1, given)
-        alone = sequence_results(dtype=dtype)
+        alone = sequence_results(dtype=dtype, batch=batch, state=state)
         for threads in (2, 3, 5, 8, 16):
             cpu_threads(threads, given)
-            split = sequence_results(dtype=dtype)
+            parts = sequence_results(dtype=dtype, batch=batch, state=state)
             assert lib.prl_cpu_threads() == threads
             for name, a, b in zip(["output", "h_n", "c_n", "d_input", "d_weights", "d_bias", "d_h0", "d_c0"],
-                                  alone, split):
+                                  alone, parts):
                 assert torch.equal(a, b), (dtype, threads, name)
-    if runner == "Python threads":  # a team of prl_cpu_threads() however few the parts (8 at most)
+    if runner == "Python threads" and split != "BLAS":  # a team of prl_cpu_threads() however few the parts (8 at most)
         assert sorted(set(calls)) == [(2, 0), (3, 0), (5, 0), (8, 0), (16, 0)], calls
 
 

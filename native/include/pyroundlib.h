@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 6
+#define PRL_ABI_VERSION 7
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -194,6 +194,23 @@ typedef void (*prl_parallel_fn)(void (*fn)(void *), void *data, unsigned num_thr
 PRL_API prl_status prl_set_cpu_threads(int64_t threads);
 PRL_API int64_t prl_cpu_threads(void);
 PRL_API prl_status prl_set_cpu_parallel(prl_parallel_fn runner);
+/* prl_set_cpu_gemm: the BLAS the CPU sequence functions multiply with: the Fortran-interface
+ *   sgemm_ and dgemm_ of a BLAS already in the process (either may be NULL; both NULL, the
+ *   default: the library's own product).  pyroundlib's Python package passes those torch's
+ *   library exports (its MKL): each step's product is then torch's own GEMM, threaded by the
+ *   BLAS, and the pointwise cells are split among prl_cpu_threads() threads.  Integers are
+ *   passed as 64-bit values, which an LP64 BLAS reads right on a little-endian host (where
+ *   they are below 2^31, as the sequence functions' sizes are); a big-endian host gets
+ *   PRL_ERROR_INVALID_ARGUMENT.  Used only by the process that set it (a forked child uses
+ *   the library's own product). */
+typedef void (*prl_sgemm_fn)(const char *transa, const char *transb, const int64_t *m, const int64_t *n,
+                             const int64_t *k, const float *alpha, const float *a, const int64_t *lda,
+                             const float *b, const int64_t *ldb, const float *beta, float *c, const int64_t *ldc);
+typedef void (*prl_dgemm_fn)(const char *transa, const char *transb, const int64_t *m, const int64_t *n,
+                             const int64_t *k, const double *alpha, const double *a, const int64_t *lda,
+                             const double *b, const int64_t *ldb, const double *beta, double *c,
+                             const int64_t *ldc);
+PRL_API prl_status prl_set_cpu_gemm(prl_sgemm_fn sgemm, prl_dgemm_fn dgemm);
 PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device, int *fits);
 PRL_API prl_status prl_lltm_sequence_forward_cpu(void *gates, const void *w_h, int64_t ldw,
                                                  const void *h0, const void *c0,

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace prl {
@@ -28,5 +29,24 @@ int64_t cpu_threads();
 // runner, falls back to the calling thread alone where the build has no threads, when
 // another call holds the workers, or when a worker cannot be started.
 void run_parts(int64_t parts, const std::function<void(int64_t)> &part);
+
+// Elementwise work: body(begin, end) over [0, n) on up to cpu_threads() threads, in ranges
+// of whole chunks of `grain` elements (the last chunk shorter): one contiguous range a
+// thread, as torch's own parallel_for splits.  Nothing computed per element depends on
+// the split, so an elementwise result is bit for bit the same at any thread count.  One
+// chunk, or one thread: body(0, n) on the calling thread.  A grain of 32768 elements is
+// torch's own for its elementwise ops (at::internal::GRAIN_SIZE): below that, waking a
+// thread costs more than it saves.
+constexpr int64_t kGrain = 32768;
+template <typename Body> void run_chunks(int64_t n, int64_t grain, Body &&body) {
+    const int64_t chunks = (n + grain - 1) / grain, parts = std::min(chunks, cpu_threads());
+    if (parts <= 1) {
+        if (n > 0) body(int64_t(0), n);
+        return;
+    }
+    run_parts(parts, [&](int64_t p) {
+        body(p * chunks / parts * grain, std::min(n, (p + 1) * chunks / parts * grain));
+    });
+}
 
 }  // namespace prl

@@ -5,60 +5,115 @@
 // forms the input half of the gates for all steps at once; here every step's recurrent
 // product and pointwise cell run in one native loop, so a short sequence pays no Python,
 // dispatcher or ctypes overhead per step.  Per step:
-//   - the left operand (h_{t-1}, or d_gates[t + 1] backward) is packed into an arithmetic-type
-//     buffer whose row count is a multiple of the register tile;
-//   - one register-tiled product with W_h, packed once per call (forward: transposed,
-//     [S, 3S]; backward: as it is, [3S, S]), columns padded to the tile width with zeros;
+//   - the left operand (h_{t-1}, or d_gates[t + 1] backward) in an arithmetic-type buffer
+//     whose row count is a multiple of the register tile;
+//   - one register-tiled product with W_h, packed once per call in column panels (forward:
+//     W_h^T, [S, 3S]; backward: W_h, [3S, S]), columns padded to the panel width with zeros;
 //   - the pointwise cell of lltm.h, storing in the tensor's dtype wherever the step-by-step
 //     path stores (the pre-activations, new_h, new_cell, the gradient reaching h_t), so both
 //     paths round alike.
-// The batch rows are split among up to prl_set_cpu_threads() threads (Split, below).
-// Meant for sizes where a step's product is microseconds (the Python route with torch's
-// GEMMs takes the larger ones).
+// How the work is split among up to prl_cpu_threads() threads (Plan, below):
+//   - by rows, each part running the whole sequence for its rows with no synchronisation
+//     (row b of a step reads only row b of the step before), where the batch has enough
+//     rows for the threads;
+//   - else step by step: each step's product split by columns among the threads (or, where
+//     a BLAS was handed over, prl_set_cpu_gemm, one BLAS call threaded by the BLAS), then its
+//     cells by rows.
+// Each element is computed by the same tile code in the same order however the work is
+// split, so every result is bit for bit the same at any thread count (with a BLAS, as far as
+// its own results are: MKL's are).
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
+#include "cpu_gemm.h"
 #include "cpu_threads.h"
 #include "lltm.h"
 
 namespace {
 
-// The register tile: kRows rows x kCols columns of accumulators, 3 x 32 floats (or 3 x 16
-// doubles): 12 of AVX2's 16 vector registers, 6 of AVX-512's.  Measured on the development
-// VM (AVX2), [33, 64] x [64, 192]: 81 GFLOP/s, against 52 for 4 x 32 (16 accumulators leave
-// no register for the operands) and 2-5 for 16-column tiles, which GCC does not keep in
-// registers.
-constexpr int64_t kRows = 3;
+// The register tile: R rows x kCols columns of accumulators (kCols: 32 floats, 16 doubles).
+// R = 6 where the AVX-512 loops run (12 of its 32 vector registers), 3 elsewhere (12 of
+// AVX2's 16; 6 rows would spill).  Measured on the development VM (AMD EPYC, AVX-512), the
+// forward loop at (T, B, S) = (50, 64, 128): 117-130 GFLOP/s with 6 rows, 72-94 with 3.
 template <typename A> constexpr int64_t kCols = 128 / (int64_t)sizeof(A);
+
+int64_t tile_rows() {
+#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
+    static const int64_t rows = __builtin_cpu_supports("avx512f") ? 6 : 3;
+    return rows;
+#else
+    return 3;
+#endif
+}
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// c[rows, n] = a[rows, k] @ w[k, n] (row-major, rows % kRows == 0, n % kCols == 0).  The
-// fixed-size inner loops keep the tile in registers; GCC vectorises the column loop.
-template <typename A>
-PRL_CPU_CLONES void product(const A *__restrict a, const A *__restrict w, A *__restrict c, int64_t rows, int64_t k,
-                            int64_t n) {
+// c[r][j] = sum_i a[r][i] w[i][j] for the rows [r_begin, r_end) (multiples of R) and the
+// columns [c_begin, c_end) (multiples of kCols); a has k columns, c row stride ldc.  w is
+// packed in column panels (pack_panels): kCols columns at a time, each panel k x kCols
+// contiguous, swept by every row tile while it is in L1 (panels outer, rows inner) and read
+// front to back.  The fixed-size inner loops keep the tile in registers; GCC vectorises the
+// column loop.  Each element is one sum over i in order, whichever tile and range it is in.
+template <typename A, int R>
+PRL_CPU_CLONES void product_tiles(const A *__restrict a, int64_t k, const A *__restrict w, A *__restrict c,
+                                  int64_t ldc, int64_t r_begin, int64_t r_end, int64_t c_begin, int64_t c_end) {
     constexpr int64_t NC = kCols<A>;
-    for (int64_t r0 = 0; r0 < rows; r0 += kRows)
-        for (int64_t c0 = 0; c0 < n; c0 += NC) {
-            A acc[kRows][NC] = {};
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += NC) {
+        const A *__restrict panel = w + c0 * k;
+        for (int64_t r0 = r_begin; r0 < r_end; r0 += R) {
+            A acc[R][NC] = {};
             for (int64_t i = 0; i < k; ++i) {
-                const A *__restrict w_row = w + i * n + c0;
-                for (int64_t r = 0; r < kRows; ++r) {
+                const A *__restrict w_row = panel + i * NC;
+                for (int r = 0; r < R; ++r) {
                     const A x = a[(r0 + r) * k + i];
                     for (int64_t q = 0; q < NC; ++q) acc[r][q] += x * w_row[q];
                 }
             }
-            for (int64_t r = 0; r < kRows; ++r)
-                for (int64_t q = 0; q < NC; ++q) c[(r0 + r) * n + c0 + q] = acc[r][q];
+            for (int r = 0; r < R; ++r)
+                for (int64_t q = 0; q < NC; ++q) c[(r0 + r) * ldc + c0 + q] = acc[r][q];
         }
+    }
 }
 
-// dst[rows_padded, width] = src[rows, width] in the arithmetic type, zero rows past `rows`.
-template <typename T, typename A>
-void pack_rows(const T *src, int64_t rows, int64_t width, A *dst, int64_t rows_padded) {
-    for (int64_t i = 0; i < rows * width; ++i) dst[i] = prl::load(src[i]);
-    std::fill(dst + rows * width, dst + rows_padded * width, A(0));
+template <typename A>
+void product(int64_t rows_per_tile, const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t r_begin,
+             int64_t r_end, int64_t c_begin, int64_t c_end) {
+    if (rows_per_tile == 6)
+        product_tiles<A, 6>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
+    else
+        product_tiles<A, 3>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
+}
+
+// w for `product`: the k x cols matrix m(i, j), zero columns up to n (a multiple of kCols),
+// in panels of kCols columns, each k x kCols contiguous; the panels split among the threads.
+// by_columns: m is read a column at a time (W_h^T: a column is a row of W_h, contiguous),
+// else a row at a time (W_h as it is).  Read the other way, W_h^T of a 256-state layer took
+// 0.4 ms on the development VM against 0.1 ms, a fixed cost of every call.
+template <typename A, typename M>
+std::vector<A> pack_panels(int64_t k, int64_t cols, int64_t n, bool by_columns, M &&m) {
+    constexpr int64_t NC = kCols<A>;
+    std::vector<A> w((size_t)(k * n), A(0));
+    const int64_t panels = n / NC, parts = std::min(panels, std::max<int64_t>(1, k * n / prl::kGrain));
+    prl::run_parts(parts, [&](int64_t p) {
+        for (int64_t c0 = p * panels / parts * NC; c0 < (p + 1) * panels / parts * NC; c0 += NC) {
+            A *panel = w.data() + c0 * k;
+            const int64_t width = std::min(NC, cols - c0);
+            if (by_columns) {
+                for (int64_t q = 0; q < width; ++q)
+                    for (int64_t i = 0; i < k; ++i) panel[i * NC + q] = m(i, c0 + q);
+            } else {
+                for (int64_t i = 0; i < k; ++i)
+                    for (int64_t q = 0; q < width; ++q) panel[i * NC + q] = m(i, c0 + q);
+            }
+        }
+    });
+    return w;
+}
+
+// dst[i] = src[i] in the arithmetic type, for i < count.
+template <typename T, typename A> void to_arithmetic(const T *src, int64_t count, A *dst) {
+    for (int64_t i = 0; i < count; ++i) dst[i] = prl::load(src[i]);
 }
 
 // One forward step's cells: gates_t holds the input half on entry, the pre-activations on
@@ -111,52 +166,135 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
     }
 }
 
-// How a call's batch is split among threads.  Row b of every step reads only row b of the
-// step before (h_{t-1}[b] forward, d_gates[t + 1][b] backward), so each part runs the whole
-// sequence for its rows with no synchronisation between parts.  Parts are whole register
-// tiles (kRows rows), at most one per thread, and each has at least kMinPartWork
-// multiply-adds: waking a worker costs microseconds.
+// How a call's work is split among threads.  Waking the threads costs microseconds (about
+// ten on 16 cores):
+//   - by rows (whole_parts > 0): parts of whole tiles, each running the whole sequence, each
+//     with at least kMinPartWork multiply-adds over the sequence;
+//   - step by step (whole_parts == 0): each step's product split into step_parts ranges of
+//     column panels, each with at least kMinStepPartWork multiply-adds, then the cells in
+//     chunks of rows.  A fork-join a step; taken where it gives more than twice the threads
+//     the row split can (a batch of fewer tiles than threads: small batches, wide states).
+// And the product itself: where a BLAS was handed over (torch's MKL), batches of at most
+// kBlasMaxBatch rows with at least kBlasMinWork multiply-adds a step run it step by step,
+// one BLAS call a step.  Measured with and without (benchmarks/NOTES.md), at (T, B, S) =
+// (8, 1, 256), (100, 1, 256), (30, 4, 256): on a 16-core Xeon MKL's products took 0.5-0.75x
+// the time of the library's column split; on the development VM (2-core AMD EPYC) 0.7-1.3x.
+// Larger batches: the library's product as fast or faster on both.  Decided by the sizes
+// alone, not the thread count, so that the results stay the same at any thread count (the
+// BLAS's and the library's products round differently).
 constexpr double kMinPartWork = double(1 << 18);
+constexpr double kMinStepPartWork = double(1 << 17);
+constexpr int64_t kBlasMaxBatch = 4;
+constexpr double kBlasMinWork = double(1 << 17);
 
-struct Split {
-    int64_t tiles, parts, rows_per_part;  // rows_per_part: a multiple of kRows
-    Split(int64_t batch, double work_per_row) {
-        tiles = (batch + kRows - 1) / kRows;
-        const double by_work = std::min(std::max(1.0, work_per_row * double(batch) / kMinPartWork), 1e9);
-        parts = std::min({prl::cpu_threads(), tiles, int64_t(by_work)});
-        rows_per_part = kRows * ((tiles + parts - 1) / parts);
+struct Plan {
+    int64_t rows_per_tile, tiles, padded, panels, whole_parts, step_parts;
+    bool blas;
+
+    // a product of [batch, k] x [k, cols] per step, for `steps` steps; have_blas: one is there
+    Plan(int64_t steps, int64_t batch, int64_t k, int64_t cols, int64_t panel_width, bool have_blas) {
+        const int64_t threads = prl::cpu_threads();
+        rows_per_tile = tile_rows();
+        tiles = (batch + rows_per_tile - 1) / rows_per_tile;
+        padded = tiles * rows_per_tile;
+        panels = (cols + panel_width - 1) / panel_width;
+        const double step_work = double(batch) * double(k) * double(cols);
+        const int64_t by_rows = std::min({threads, tiles, limit(double(steps) * step_work / kMinPartWork)});
+        step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork)});
+        blas = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
+        whole_parts = blas || step_parts > 2 * by_rows ? 0 : by_rows;
     }
-    // the first row of part p and its row count
+    static int64_t limit(double parts) { return int64_t(std::min(std::max(1.0, parts), 1e9)); }
+    // whole_parts > 0: the first row of part p and its row count
     void rows(int64_t p, int64_t batch, int64_t &first, int64_t &count) const {
-        first = kRows * (p * tiles / parts);
-        count = std::min(kRows * ((p + 1) * tiles / parts), batch) - first;
+        first = rows_per_tile * (p * tiles / whole_parts);
+        count = std::min(rows_per_tile * ((p + 1) * tiles / whole_parts), batch) - first;
+    }
+    // step_parts: the columns [begin, end) of part p, in whole panels of panel_width
+    void columns(int64_t p, int64_t panel_width, int64_t &begin, int64_t &end) const {
+        begin = panel_width * (p * panels / step_parts);
+        end = panel_width * ((p + 1) * panels / step_parts);
     }
 };
+
+// One step's product, step by step: c[:batch] = left[:batch] @ W, by the BLAS where the plan
+// has one (w_blas, ld_blas, transposed: as Blas::product's b), else split by column panels
+// among the threads (panels).
+template <typename A>
+void step_product(const Plan &plan, const prl::Blas<A> &blas, const A *left, int64_t k, int64_t cols,
+                  const A *panels, const A *w_blas, int64_t ld_blas, bool transposed, A *c, int64_t ldc,
+                  int64_t batch) {
+    if (plan.blas) return blas.product(left, k, w_blas, ld_blas, transposed, c, ldc, batch, cols, k);
+    prl::run_parts(plan.step_parts, [&](int64_t p) {
+        int64_t begin, end;
+        plan.columns(p, kCols<A>, begin, end);
+        product(plan.rows_per_tile, left, k, panels, c, ldc, 0, plan.padded, begin, end);
+    });
+}
+
+// W_h [3S, S] (row stride ldw) in the arithmetic type A for the BLAS: as it is where T is A,
+// else a copy (row stride S).  Returns the matrix and sets ld to its row stride.
+template <typename T, typename A = prl::acc_t<T>>
+const A *weights_for_blas(const T *w_h, int64_t ldw, int64_t state, std::vector<A> &copy, int64_t &ld) {
+    if constexpr (std::is_same_v<T, A>) {
+        ld = ldw;
+        return w_h;
+    } else {
+        copy.resize((size_t)(3 * state * state));
+        for (int64_t g = 0; g < 3 * state; ++g) to_arithmetic(w_h + g * ldw, state, copy.data() + g * state);
+        ld = state;
+        return copy.data();
+    }
+}
+
+// Rows per chunk of a step's cells: about prl::kGrain gate elements.
+int64_t cell_rows(int64_t state) { return std::max<int64_t>(1, prl::kGrain / (3 * state)); }
 
 template <typename T>
 void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *output, T *cells, T *c_n,
              int64_t steps, int64_t batch, int64_t state) {
     using A = prl::acc_t<T>;
-    const int64_t n = round_up(3 * state, kCols<A>), cell = batch * state;
-    std::vector<A> w((size_t)(state * n), A(0));
-    for (int64_t g = 0; g < 3 * state; ++g)  // W_h^T, [S, 3S] padded to n columns
-        for (int64_t k = 0; k < state; ++k) w[(size_t)(k * n + g)] = prl::load(w_h[g * ldw + k]);
-    const Split split(batch, double(steps) * double(3 * state) * double(state));
-    const int64_t scratch_per_part = split.rows_per_part * (state + n);  // left, then rec
-    std::vector<A> scratch((size_t)(split.parts * scratch_per_part));
-    prl::run_parts(split.parts, [&](int64_t p) {
-        int64_t first, count;
-        split.rows(p, batch, first, count);
-        A *left = scratch.data() + p * scratch_per_part, *rec = left + split.rows_per_part * state;
-        const int64_t padded = round_up(count, kRows), at = first * state;
+    const int64_t width = 3 * state, n = round_up(width, kCols<A>), cell = batch * state;
+    const prl::Blas<A> blas = prl::blas<A>();
+    const Plan plan(steps, batch, state, width, kCols<A>, bool(blas));
+    std::vector<A> w, w_copy;
+    int64_t ld_blas = 0;
+    const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
+    if (!plan.blas)
+        w = pack_panels<A>(state, width, n, true, [&](int64_t k, int64_t g) { return prl::load(w_h[g * ldw + k]); });
+    if (plan.whole_parts == 0) {
+        // step by step: left holds h_{t-1} (rows past the batch zero), the cells write the next one
+        std::vector<A> left((size_t)(plan.padded * state), A(0)), rec((size_t)(plan.padded * n));
+        to_arithmetic(h0, cell, left.data());
         for (int64_t t = 0; t < steps; ++t) {
-            pack_rows((t == 0 ? h0 : output + (t - 1) * cell) + at, count, state, left, padded);
-            product(left, w.data(), rec, padded, state, n);
+            step_product(plan, blas, left.data(), state, width, w.data(), w_blas, ld_blas, true, rec.data(), n, batch);
+            T *gates_t = gates + t * 3 * cell, *h_t = output + t * cell, *c_t = cells + t * cell;
+            const T *old_cell = t == 0 ? c0 : cells + (t - 1) * cell;
+            prl::run_chunks(batch, cell_rows(state), [&](int64_t first, int64_t last) {
+                forward_cells<T, A>(last - first, state, gates_t + first * width, rec.data() + first * n, n,
+                                    old_cell + first * state, h_t + first * state, c_t + first * state);
+                to_arithmetic(h_t + first * state, (last - first) * state, left.data() + first * state);
+            });
+        }
+        if (c_n != nullptr) std::copy(cells + (steps - 1) * cell, cells + steps * cell, c_n);
+        return;
+    }
+    const int64_t rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
+    const int64_t scratch_per_part = rows * (state + n);  // left, then rec
+    std::vector<A> scratch((size_t)(plan.whole_parts * scratch_per_part), A(0));
+    prl::run_parts(plan.whole_parts, [&](int64_t p) {
+        int64_t first, count;
+        plan.rows(p, batch, first, count);
+        A *left = scratch.data() + p * scratch_per_part, *rec = left + rows * state;
+        const int64_t padded = round_up(count, plan.rows_per_tile), at = first * state;
+        for (int64_t t = 0; t < steps; ++t) {  // rows of left past `count` stay zero
+            to_arithmetic((t == 0 ? h0 : output + (t - 1) * cell) + at, count * state, left);
+            product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, padded, 0, n);
             forward_cells<T, A>(count, state, gates + t * 3 * cell + 3 * at, rec, n,
                                 (t == 0 ? c0 : cells + (t - 1) * cell) + at, output + t * cell + at,
                                 cells + t * cell + at);
         }
-        if (c_n != nullptr && steps > 0) {
+        if (c_n != nullptr) {
             const T *last = cells + (steps - 1) * cell + at;
             std::copy(last, last + count * state, c_n + at);
         }
@@ -168,23 +306,50 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
               const T *cells, T *d_gates, T *d_h0, T *d_c0, int64_t steps, int64_t batch, int64_t state) {
     using A = prl::acc_t<T>;
     const int64_t n = round_up(state, kCols<A>), cell = batch * state, k = 3 * state;
-    std::vector<A> w((size_t)(k * n), A(0));
-    for (int64_t g = 0; g < k; ++g)  // W_h, [3S, S] padded to n columns
-        for (int64_t j = 0; j < state; ++j) w[(size_t)(g * n + j)] = prl::load(w_h[g * ldw + j]);
-    const Split split(batch, double(steps) * double(k) * double(state));
-    const int64_t rows = split.rows_per_part, scratch_per_part = rows * (k + n + state);  // left, rec, d_cell
-    std::vector<A> scratch((size_t)(split.parts * scratch_per_part));
-    prl::run_parts(split.parts, [&](int64_t p) {
+    const prl::Blas<A> blas = prl::blas<A>();
+    const Plan plan(steps, batch, k, state, kCols<A>, bool(blas));
+    std::vector<A> w, w_copy;
+    int64_t ld_blas = 0;
+    const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
+    if (!plan.blas) w = pack_panels<A>(k, state, n, false, [&](int64_t g, int64_t j) { return prl::load(w_h[g * ldw + j]); });
+    if (plan.whole_parts == 0) {
+        // step by step: left holds d_gates[t + 1] (rows past the batch zero), the cells write the next one
+        std::vector<A> left((size_t)(plan.padded * k), A(0)), rec((size_t)(plan.padded * n), A(0)), d_cell((size_t)cell);
+        for (int64_t i = 0; i < cell; ++i) d_cell[(size_t)i] = grad_c_n ? prl::load(grad_c_n[i]) : A(0);
+        for (int64_t t = steps - 1; t >= 0; --t) {
+            // rec: zeros for the last step, which gets no gradient from a later one
+            if (t + 1 < steps) step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);
+            const T *grad_t = grad_output + t * cell, *gates_t = gates + t * 3 * cell;
+            const T *old_cell = t == 0 ? c0 : cells + (t - 1) * cell;
+            T *d_gates_t = d_gates + t * 3 * cell;
+            prl::run_chunks(batch, cell_rows(state), [&](int64_t first, int64_t last) {
+                backward_cells<T, A>(last - first, state, grad_t + first * state, rec.data() + first * n, n,
+                                     gates_t + first * k, old_cell + first * state, d_cell.data() + first * state,
+                                     d_gates_t + first * k);
+                to_arithmetic(d_gates_t + first * k, (last - first) * k, left.data() + first * k);
+            });
+        }
+        for (int64_t i = 0; i < cell; ++i) d_c0[i] = prl::store<T>(d_cell[(size_t)i]);  // exact: stored values
+        step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);  // d_h0
+        for (int64_t b = 0; b < batch; ++b)
+            for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
+        return;
+    }
+    const int64_t rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
+    const int64_t scratch_per_part = rows * (k + n + state);  // left, rec, d_cell
+    std::vector<A> scratch((size_t)(plan.whole_parts * scratch_per_part), A(0));
+    prl::run_parts(plan.whole_parts, [&](int64_t p) {
         int64_t first, count;
-        split.rows(p, batch, first, count);
+        plan.rows(p, batch, first, count);
         A *left = scratch.data() + p * scratch_per_part, *rec = left + rows * k, *d_cell = rec + rows * n;
-        const int64_t padded = round_up(count, kRows), at = first * state;
-        std::fill(rec, rec + rows * n, A(0));  // the last step gets no gradient from a later one
+        const int64_t padded = round_up(count, plan.rows_per_tile), at = first * state;
+        // rec starts zero: the last step gets no gradient from a later one; rows of left
+        // past `count` stay zero
         for (int64_t i = 0; i < count * state; ++i) d_cell[i] = grad_c_n ? prl::load(grad_c_n[at + i]) : A(0);
         for (int64_t t = steps - 1; t >= 0; --t) {
             if (t + 1 < steps) {
-                pack_rows(d_gates + (t + 1) * 3 * cell + 3 * at, count, k, left, padded);
-                product(left, w.data(), rec, padded, k, n);
+                to_arithmetic(d_gates + (t + 1) * 3 * cell + 3 * at, count * k, left);
+                product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, padded, 0, n);
             }
             backward_cells<T, A>(count, state, grad_output + t * cell + at, rec, n, gates + t * 3 * cell + 3 * at,
                                  (t == 0 ? c0 : cells + (t - 1) * cell) + at, d_cell, d_gates + t * 3 * cell + 3 * at);
@@ -192,8 +357,8 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
         // exact: d_cell holds stored values
         for (int64_t i = 0; i < count * state; ++i) d_c0[at + i] = prl::store<T>(d_cell[i]);
         // d_h0 = d_gates[0] W_h
-        pack_rows(d_gates + 3 * at, count, k, left, padded);
-        product(left, w.data(), rec, padded, k, n);
+        to_arithmetic(d_gates + 3 * at, count * k, left);
+        product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, padded, 0, n);
         for (int64_t b = 0; b < count; ++b)
             for (int64_t j = 0; j < state; ++j) d_h0[at + b * state + j] = prl::store<T>(rec[b * n + j]);
     });

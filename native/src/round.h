@@ -8,7 +8,7 @@ namespace prl {
 
 // Round half to even in the arithmetic type.  For float16/bfloat16 the float result
 // is an integer the storage type holds exactly, so the final store is exact too.
-template <typename T> PRL_HD T round_element(T x) { return store<T>(rint_(load(x))); }
+template <typename T> PRL_HD T round_element(T x) { return store_integral<T>(rint_(load(x))); }
 
 inline prl_status check_round_args(const char *fn, const void *x, const void *y, int64_t n) {
     PRL_TRY(check_count(fn, "n", n));

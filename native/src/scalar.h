@@ -39,14 +39,13 @@ PRL_HD float half_to_float(half_t h) {
 #if defined(__CUDA_ARCH__)
     return __half2float(__ushort_as_half(h.bits));
 #else
+    // every case computed, one chosen: no branch, so the loops that call it vectorise
     const uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16;
     const uint32_t exp = (h.bits >> 10) & 0x1fu, mant = h.bits & 0x3ffu;
-    if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf, NaN
-    if (exp == 0) {                                                             // zero, subnormal
-        const float mag = (float)mant * 5.9604644775390625e-8f;                // mant * 2^-24, exact
-        return bits_float(sign | float_bits(mag));
-    }
-    return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));             // rebias 15 -> 127
+    const uint32_t special = sign | 0x7f800000u | (mant << 13);                          // inf, NaN
+    const uint32_t subnormal = sign | float_bits((float)mant * 5.9604644775390625e-8f);  // mant * 2^-24, exact
+    const uint32_t normal = sign | ((exp + 112u) << 23) | (mant << 13);                   // rebias 15 -> 127
+    return bits_float(exp == 0x1fu ? special : exp == 0 ? subnormal : normal);
 #endif
 }
 
@@ -98,6 +97,29 @@ template <> PRL_HD float store<float>(float v) { return v; }
 template <> PRL_HD double store<double>(double v) { return v; }
 template <> PRL_HD half_t store<half_t>(float v) { return float_to_half(v); }
 template <> PRL_HD bfloat16_t store<bfloat16_t>(float v) { return float_to_bfloat16(v); }
+
+// store_integral: store<T> of a value that is an integer, an infinity or a NaN that came
+// from a T (a rounded element): exact, so for binary16 on the host a conversion with no
+// rounding and no branch (the round's loop vectorises), the same bits as float_to_half.
+template <typename T> PRL_HD T store_integral(acc_t<T> v) { return store<T>(v); }
+template <> PRL_HD half_t store_integral<half_t>(float v) {
+#if defined(__CUDA_ARCH__)
+    return store<half_t>(v);
+#else
+    const uint32_t x = float_bits(v), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    const uint32_t finite = a == 0 ? 0u : (a - 0x38000000u) >> 13;                     // 0, or >= 1: normal
+    const uint32_t special = 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u);  // inf, quiet NaN
+    return half_t{(uint16_t)(sign | (a >= 0x7f800000u ? special : finite))};
+#endif
+}
+template <> PRL_HD bfloat16_t store_integral<bfloat16_t>(float v) {
+#if defined(__CUDA_ARCH__)
+    return store<bfloat16_t>(v);
+#else
+    const uint32_t x = float_bits(v);  // the low half is zero but for a NaN's payload
+    return bfloat16_t{(uint16_t)((x >> 16) | ((x & 0x7fffffffu) > 0x7f800000u ? 0x40u : 0u))};
+#endif
+}
 
 // ---- V consecutive elements, moved as one access (16 bytes on the GPU) ------------------
 template <typename T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
