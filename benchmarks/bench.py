@@ -404,7 +404,7 @@ def targets(results: dict[str, Result], device_type: str):
     for r in results.values():
         if r.group == "sequence" and r.case.endswith(", wall"):
             what = r.case.replace("LLTM sequence fwd+bwd, ", "sequence ").replace(", wall", "")
-            add(r.case, CUDNN, 0.8 if r.case.startswith("CPU") else 0.5, f"{what} / {CUDNN}")
+            add(r.case, CUDNN, 0.75 if r.case.startswith("CPU") else 0.5, f"{what} / {CUDNN}")
             if not r.case.startswith("CPU"):
                 add(r.case, CELL_LOOP, 0.25, f"{what} / {CELL_LOOP}")
     if device_type == "cuda":

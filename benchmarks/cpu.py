@@ -129,11 +129,22 @@ def pointwise_cases(batch, state):
                   "eager": eager_backward}, group="pointwise", host_bound=True)]
 
 
+# The targets: ours / peer at most this (a forced route: the default at most 10% slower than it)
+LIMITS = {LSTM: 0.75, "torch.round": 1.1, "eager": 1.1, **{name: 1.1 for name in FORCED}}
+
+
+def targets(results) -> list:
+    return [dict(case=r.case, peer=peer, ratio=ratio, limit=LIMITS[peer], met=ratio <= LIMITS[peer])
+            for r in results for peer, ratio in r.ratios.items()]
+
+
 def markdown(meta, results) -> str:
     lines = [f"# pyroundlib on the CPU: {meta['cpu']}, {meta['cpus']} CPUs, {meta['threads']} torch threads",
              "", f"torch {meta['torch']}, Python {meta['python']}, pyroundlib {meta['pyroundlib']}, "
              f"{meta['date']}; BLAS handed to the library: {meta['blas']}; {meta['rounds']} rounds.",
-             "", "Ratio: the median over rounds of our time / the peer's (below 1: ours is faster).", ""]
+             "", "Ratio: the median over rounds of our time / the peer's (below 1: ours is faster); "
+             "targets: nn.LSTM 0.75, torch.round and eager 1.1, a forced route 1.1 (the default at most 10% "
+             "slower than it); a ratio over its target is marked *.", ""]
     groups = {}
     for r in results:
         groups.setdefault(r.group, []).append(r)
@@ -143,7 +154,8 @@ def markdown(meta, results) -> str:
                   " | ".join(f"ours / {p}" for p in peers) + " |", "|---" * (1 + 2 * len(peers) + 1) + "|"]
         for r in rows:
             lines.append(f"| {r.case} | " + " | ".join(fmt_time(r.medians[n]) for n in [OURS] + peers) + " | " +
-                         " | ".join(f"{r.ratios[p]:.3f}" for p in peers) + " |")
+                         " | ".join(f"{r.ratios[p]:.3f}" + ("" if r.ratios[p] <= LIMITS[p] else " *")
+                                    for p in peers) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -174,7 +186,8 @@ def main(argv=None):
             "blas": "yes" if _threads._given["gemm"] and _threads._given["gemm"][0] else "no"}
     out = Path(args.out) / f"{os.cpu_count()}-core"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "results": [r.__dict__ for r in results]}, indent=1))
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": [r.__dict__ for r in results],
+                                                  "targets": targets(results)}, indent=1))
     md = markdown(meta, results)
     (out / "results.md").write_text(md)
     print()

@@ -32,7 +32,7 @@ import bench  # noqa: E402
 from bench import OURS, Case, RoundInFunction, run_case  # noqa: E402
 
 import pyroundlib  # noqa: E402
-from pyroundlib import _common, graphs, lltm, round as round_module, sequence  # noqa: E402
+from pyroundlib import _common, _threads, graphs, lltm, round as round_module, sequence  # noqa: E402
 from pyroundlib.reference import lltm_cell_reference  # noqa: E402
 
 WITH_ALL = OURS  # pyroundlib as it is
@@ -162,11 +162,11 @@ def classic_round():
 def cpu_one_thread():
     """The CPU loop on the calling thread alone: what runs where no OpenMP runtime is found."""
     lib = pyroundlib._ffi.library()
-    given = sequence._threads._given
+    given = _threads._given
     saved = {}
 
     def before():
-        sequence._threads.follow_torch()  # the state as it is, then the same without the runtime
+        _threads.follow_torch()  # the state as it is, then the same without the runtime
         saved.update(given)
         lib.prl_set_cpu_parallel(None)
         lib.prl_set_cpu_threads(1)
