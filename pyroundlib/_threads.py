@@ -13,10 +13,10 @@ torch's spinning threads in the same way (measured on a 16-core Xeon: after a to
 16 of them took the (8, 32, 8, 64) forward from 272 to 352 us, torch's 16 OpenMP threads
 to 111 us).  They remain for C callers (prl_set_cpu_threads without prl_set_cpu_parallel).
 
-The sequence loops multiply with the BLAS torch's CPU GEMMs use, where one exports the
-standard sgemm_/dgemm_ (torch's x86-64 wheels: MKL, inside libtorch_cpu): each step's
-product is then exactly torch.mm's.  Without one (PYROUNDLIB_CPU_BLAS=0, or a torch whose
-BLAS exports none), the library's own register-tiled product.
+The sequence loop multiplies small batches (at most 4 rows) with the BLAS torch's CPU GEMMs
+use, where one exports the standard sgemm_/dgemm_ (torch's x86-64 wheels: MKL, inside
+libtorch_cpu) and the CPU is Intel's; everything else with the library's own register-tiled
+product (PYROUNDLIB_CPU_BLAS=0: always).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from . import _ffi
 
 _OPENMP_RUNTIME = re.compile(r"lib(g|i)?omp\d*([-.][\w.-]*)?\.so")
 _BLAS = re.compile(r"lib(torch_cpu|mkl_rt|openblas\w*|blas)([-.][\w.-]*)?\.so")
-BLAS_ENV_VAR = "PYROUNDLIB_CPU_BLAS"  # "0": the library's own product, not torch's BLAS
+BLAS_ENV_VAR = "PYROUNDLIB_CPU_BLAS"  # "0": never torch's BLAS; "1": on any CPU, not only Intel's
 # torch's thread count last seen, and what the library was given (parallel, gemm None: not yet looked for)
 _given = {"torch": 1, "threads": 1, "parallel": None, "gemm": None}
 
@@ -75,18 +75,32 @@ def openmp_parallel() -> Optional[int]:
     return None
 
 
-def blas_gemm() -> Tuple[Optional[int], Optional[int]]:
+def blas_gemm(any_cpu: bool = False) -> Tuple[Optional[int], Optional[int]]:
     """The addresses of sgemm_ and dgemm_ of the BLAS torch's CPU GEMMs run on, or Nones:
     those exported by a library already loaded (torch's own first: the x86-64 wheels link
     MKL into libtorch_cpu and export its BLAS interface; else an MKL or OpenBLAS torch
-    loaded).  None on a big-endian host (prl_set_cpu_gemm) and with PYROUNDLIB_CPU_BLAS=0."""
-    if os.environ.get(BLAS_ENV_VAR) == "0" or sys.byteorder != "little" or not hasattr(os, "RTLD_NOLOAD"):
+    loaded).  Handed over on Intel CPUs only, where MKL's small products pay (on an AMD EPYC
+    they took up to 2.3x the library's own: native/src/lltm_sequence_cpu.cpp, Plan), unless
+    any_cpu or PYROUNDLIB_CPU_BLAS=1.  None on a big-endian host (prl_set_cpu_gemm) and with
+    PYROUNDLIB_CPU_BLAS=0."""
+    choice = os.environ.get(BLAS_ENV_VAR, "")
+    if choice == "0" or sys.byteorder != "little" or not hasattr(os, "RTLD_NOLOAD"):
+        return None, None
+    if not (any_cpu or choice == "1" or _intel_cpu()):
         return None, None
     for path in _loaded(_BLAS):
         sgemm, dgemm = _address(path, "sgemm_"), _address(path, "dgemm_")
         if sgemm and dgemm:
             return sgemm, dgemm
     return None, None
+
+
+def _intel_cpu() -> bool:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in info)
+    except OSError:
+        return False
 
 
 def follow_torch() -> None:

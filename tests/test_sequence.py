@@ -767,6 +767,31 @@ def test_fused_kernels_refuse_what_does_not_fit(monkeypatch):
         lib.prl_lltm_sequence_fused_forward_cuda(1, 1, 1, 1, 1, 1, 1, 1, None, 1, 4, -1, 8, 0, 0, None)
 
 
+@pytest.mark.parametrize("product", ["own", "torch's BLAS"])
+@pytest.mark.parametrize("steps,batch,features,state", [(5, 1, 16, 256), (4, 2, 7, 300), (3, 4, 0, 256)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_cpu_loop_small_batch_wide_state(monkeypatch, product, steps, batch, features, state, dtype):
+    """The CPU loop where each step's product is split by columns (the library's own product,
+    from 3 threads on at the last two sizes) or made by torch's BLAS (batches of at most 4
+    rows; handed over here whatever the CPU): against the float64 reference, every gradient,
+    at one and at several threads."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    lib = pyroundlib._ffi.library()
+    gemm = (None, None) if product == "own" else _threads.blas_gemm(any_cpu=True)
+    if product != "own" and not gemm[0]:
+        pytest.skip("torch exports no BLAS")
+    _threads.follow_torch()
+    before = torch.get_num_threads()
+    lib.prl_set_cpu_gemm(*gemm)
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            check_against_reference(seq_args(steps, batch, features, state, dtype, "cpu"), TOLERANCES[dtype])
+    finally:
+        torch.set_num_threads(before)
+        lib.prl_set_cpu_gemm(*_threads._given["gemm"])
+
+
 def test_cpu_route_by_default(monkeypatch):
     """Unset, the CPU loop in the library runs at every size, in every dtype; =1 forces it,
     =0 the step loop."""

@@ -201,15 +201,15 @@ def test_openmp_runtime_is_found():
 
 
 def test_blas_is_found():
-    """On x86-64 Linux, torch's BLAS (MKL, inside libtorch_cpu) is handed to the library, and
-    its sgemm_ computes what torch.mm computes, bit for bit (64-bit integer arguments read
-    right by an LP64 BLAS)."""
-    sgemm, dgemm = _threads.blas_gemm()
+    """On x86-64 Linux, torch's BLAS (MKL, inside libtorch_cpu) is found, handed to the library
+    on Intel CPUs only, and its sgemm_ computes what torch.mm computes, bit for bit (64-bit
+    integer arguments read right by an LP64 BLAS)."""
+    sgemm, dgemm = _threads.blas_gemm(any_cpu=True)
     if not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"):
         pytest.skip("torch's BLAS is looked for everywhere, required here on x86-64 Linux only")
     assert sgemm and dgemm
     _threads.follow_torch()
-    assert _threads._given["gemm"] == (sgemm, dgemm)
+    assert _threads._given["gemm"] == ((sgemm, dgemm) if _threads._intel_cpu() else (None, None))
     fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(sgemm)
     a, b = torch.randn(5, 7), torch.randn(7, 3)
     c = torch.full((5, 3), float("nan"))
@@ -221,13 +221,26 @@ def test_blas_is_found():
     assert torch.equal(c, a @ b)
 
 
+@pytest.fixture
+def with_blas():
+    """torch's BLAS handed to the library whatever the CPU (else only on Intel's), for one test."""
+    lib = _ffi.library()
+    gemm = _threads.blas_gemm(any_cpu=True)
+    if not gemm[0]:
+        pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")
+    _threads.follow_torch()
+    lib.prl_set_cpu_gemm(*gemm)
+    yield
+    lib.prl_set_cpu_gemm(*_threads._given["gemm"])
+
+
 @pytest.mark.parametrize("size", [(8, 32, 8, 64), (30, 4, 256, 256), (10, 700, 64, 256)])
-def test_sequence_loop_with_blas_is_the_same_at_any_thread_count(monkeypatch, size):
+def test_sequence_loop_with_blas_is_the_same_at_any_thread_count(monkeypatch, with_blas, size):
     """With torch's BLAS, each step's product is one BLAS call over the whole batch (threaded
     by MKL, which splits no sum), and the cells are split in fixed chunks: what the loop
     computes (the outputs, c_n, d_h0, d_c0) is bit for bit the same at any torch thread
     count.  (The products over all steps outside the loop are torch's own GEMMs.)"""
-    if not _threads.blas_gemm()[0] or os.uname().machine != "x86_64":
+    if os.uname().machine != "x86_64":
         pytest.skip("MKL: torch's BLAS on x86-64")
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     before = torch.get_num_threads()
@@ -268,10 +281,10 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
     splits nothing), or with the products by torch's BLAS."""
     lib, calls = _ffi.library(), []
     batch, state, own = SPLITS[split]
-    if own:
-        lib.prl_set_cpu_gemm(None, None)  # the fixture hands torch's back
-    elif not _threads._given["gemm"][0]:
+    gemm = (None, None) if own else _threads.blas_gemm(any_cpu=True)
+    if not own and not gemm[0]:
         pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")
+    lib.prl_set_cpu_gemm(*gemm)  # the fixture hands back what pyroundlib gave
     given = {"own workers": None, "OpenMP runtime": _threads.openmp_parallel(),
              "Python threads": python_runner(calls)}[runner]
     if runner == "OpenMP runtime" and not given:

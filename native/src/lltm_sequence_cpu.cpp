@@ -49,6 +49,8 @@ int64_t tile_rows() {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+
+
 // c[r][j] = sum_i a[r][i] w[i][j] for the rows [r_begin, r_end) (multiples of R) and the
 // columns [c_begin, c_end) (multiples of kCols); a has k columns, c row stride ldc.  w is
 // packed in column panels (pack_panels): kCols columns at a time, each panel k x kCols
@@ -174,14 +176,15 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     column panels, each with at least kMinStepPartWork multiply-adds, then the cells in
 //     chunks of rows.  A fork-join a step; taken where it gives more than twice the threads
 //     the row split can (a batch of fewer tiles than threads: small batches, wide states).
-// And the product itself: where a BLAS was handed over (torch's MKL), batches of at most
-// kBlasMaxBatch rows with at least kBlasMinWork multiply-adds a step run it step by step,
-// one BLAS call a step.  Measured with and without (benchmarks/NOTES.md), at (T, B, S) =
-// (8, 1, 256), (100, 1, 256), (30, 4, 256): on a 16-core Xeon MKL's products took 0.5-0.75x
-// the time of the library's column split; on the development VM (2-core AMD EPYC) 0.7-1.3x.
-// Larger batches: the library's product as fast or faster on both.  Decided by the sizes
-// alone, not the thread count, so that the results stay the same at any thread count (the
-// BLAS's and the library's products round differently).
+// And the product itself: where a BLAS was handed over (pyroundlib hands torch's MKL over on
+// Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least kBlasMinWork multiply-adds a step run
+// it step by step, one BLAS call a step.  Measured with and without (benchmarks/NOTES.md), at
+// (T, B, S) = (8, 1, 256), (100, 1, 256), (30, 4, 256): on a 16-core Xeon MKL's products took
+// 0.5-0.75x the time of the library's column split; on the development VM (2-core AMD EPYC,
+// where MKL does not run its best code) up to 2.3x.  Larger batches: the library's product
+// as fast or faster on both.  Decided by the machine and the sizes, never the thread count,
+// so that the results stay the same at any thread count (the BLAS's and the library's
+// products round differently).
 constexpr double kMinPartWork = double(1 << 18);
 constexpr double kMinStepPartWork = double(1 << 17);
 constexpr int64_t kBlasMaxBatch = 4;
