@@ -9,7 +9,7 @@ The native library (libpyroundlib) is loaded on first use; see ``library_info()`
 """
 from __future__ import annotations
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 # The torch versions this release supports: pyproject.toml's dependency, README's
 # Compatibility section and `python -m pyroundlib` all state this range.
 SUPPORTED_TORCH = ">=2.4"

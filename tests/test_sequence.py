@@ -768,11 +768,13 @@ def test_fused_kernels_refuse_what_does_not_fit(monkeypatch):
 
 
 @pytest.mark.parametrize("product", ["own", "torch's BLAS"])
-@pytest.mark.parametrize("steps,batch,features,state", [(5, 1, 16, 256), (4, 2, 7, 300), (3, 4, 0, 256)])
+@pytest.mark.parametrize("steps,batch,features,state", [(5, 1, 16, 256), (3, 1, 5, 400), (4, 2, 7, 300),
+                                                       (3, 4, 0, 256)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_cpu_loop_small_batch_wide_state(monkeypatch, product, steps, batch, features, state, dtype):
     """The CPU loop where each step's product is split by columns (the library's own product,
-    from 3 threads on at the last two sizes) or made by torch's BLAS (batches of at most 4
+    from 3 threads on at the last three sizes; one-row tiles of 2-4 panels for a batch of
+    one, the panels left over one by one) or made by torch's BLAS (batches of at most 4
     rows; handed over here whatever the CPU): against the float64 reference, every gradient,
     at one and at several threads."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")

@@ -57,34 +57,43 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // contiguous, swept by every row tile while it is in L1 (panels outer, rows inner) and read
 // front to back.  The fixed-size inner loops keep the tile in registers; GCC vectorises the
 // column loop.  Each element is one sum over i in order, whichever tile and range it is in.
-template <typename A, int R>
+template <typename A, int R, int CP = 1>
 PRL_CPU_CLONES void product_tiles(const A *__restrict a, int64_t k, const A *__restrict w, A *__restrict c,
                                   int64_t ldc, int64_t r_begin, int64_t r_end, int64_t c_begin, int64_t c_end) {
     constexpr int64_t NC = kCols<A>;
-    for (int64_t c0 = c_begin; c0 < c_end; c0 += NC) {
+    for (int64_t c0 = c_begin; c0 + CP * NC <= c_end; c0 += CP * NC) {  // CP panels at a time
         const A *__restrict panel = w + c0 * k;
         for (int64_t r0 = r_begin; r0 < r_end; r0 += R) {
-            A acc[R][NC] = {};
-            for (int64_t i = 0; i < k; ++i) {
-                const A *__restrict w_row = panel + i * NC;
-                for (int r = 0; r < R; ++r) {
-                    const A x = a[(r0 + r) * k + i];
-                    for (int64_t q = 0; q < NC; ++q) acc[r][q] += x * w_row[q];
+            A acc[R][CP * NC] = {};
+            for (int64_t i = 0; i < k; ++i)
+                for (int p = 0; p < CP; ++p) {
+                    const A *__restrict w_row = panel + p * NC * k + i * NC;
+                    for (int r = 0; r < R; ++r) {
+                        const A x = a[(r0 + r) * k + i];
+                        for (int64_t q = 0; q < NC; ++q) acc[r][p * NC + q] += x * w_row[q];
+                    }
                 }
-            }
             for (int r = 0; r < R; ++r)
-                for (int64_t q = 0; q < NC; ++q) c[(r0 + r) * ldc + c0 + q] = acc[r][q];
+                for (int64_t q = 0; q < CP * NC; ++q) c[(r0 + r) * ldc + c0 + q] = acc[r][q];
         }
     }
 }
 
+// rows_per_tile 1 (a batch of one row): 4 panels a tile where the AVX-512 loops run, else 2,
+// so that 8 vector registers of accumulators hide the multiply-adds' latency (one row of one
+// panel keeps only 2); the panels left over one at a time.
 template <typename A>
 void product(int64_t rows_per_tile, const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t r_begin,
              int64_t r_end, int64_t c_begin, int64_t c_end) {
-    if (rows_per_tile == 6)
-        product_tiles<A, 6>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
+    constexpr int64_t NC = kCols<A>;
+    if (rows_per_tile == 6) return product_tiles<A, 6>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
+    if (rows_per_tile == 3) return product_tiles<A, 3>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
+    const int64_t wide = tile_rows() == 6 ? 4 : 2, whole = c_begin + (c_end - c_begin) / (wide * NC) * (wide * NC);
+    if (wide == 4)
+        product_tiles<A, 1, 4>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
     else
-        product_tiles<A, 3>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
+        product_tiles<A, 1, 2>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+    product_tiles<A, 1>(a, k, w, c, ldc, r_begin, r_end, whole, c_end);
 }
 
 // w for `product`: the k x cols matrix m(i, j), zero columns up to n (a multiple of kCols),
@@ -197,7 +206,7 @@ struct Plan {
     // a product of [batch, k] x [k, cols] per step, for `steps` steps; have_blas: one is there
     Plan(int64_t steps, int64_t batch, int64_t k, int64_t cols, int64_t panel_width, bool have_blas) {
         const int64_t threads = prl::cpu_threads();
-        rows_per_tile = tile_rows();
+        rows_per_tile = batch == 1 ? 1 : tile_rows();
         tiles = (batch + rows_per_tile - 1) / rows_per_tile;
         padded = tiles * rows_per_tile;
         panels = (cols + panel_width - 1) / panel_width;
