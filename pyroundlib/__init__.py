@@ -20,7 +20,8 @@ from .errors import (CudaError, CudaNotCompiledError, InternalError, InvalidArgu
                      PyRoundLibError, UnsupportedDtypeError)
 from .lltm import LLTM, LLTMFunction, LLTMPointwiseFunction, lltm_cell
 from .round import RoundSTE, RoundSTEFunction, round_ste
-from .sequence import LLTMLayer, LLTMSequenceFunction, lltm_sequence
+from .layer import LLTMLayer
+from .sequence import LLTMSequenceFunction, lltm_sequence
 
 __all__ = [
     "__version__", "SUPPORTED_TORCH", "ABI_VERSION", "library_info",

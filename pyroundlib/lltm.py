@@ -348,6 +348,15 @@ class LLTMParameters(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"input_features={self.input_features}, state_size={self.state_size}"
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # a one-layer, one-direction LLTMLayer's checkpoint: its layer 0 is the cell
+        for old, new in (("weights_l0", "weights"), ("bias_l0", "bias")):
+            if prefix + old in state_dict and prefix + new not in state_dict:
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
 
 class LLTM(LLTMParameters):
     """The LLTM recurrent cell: ``forward(input, (h, c)) -> (new_h, new_cell)``, with the

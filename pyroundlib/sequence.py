@@ -18,7 +18,7 @@ Layers, as for the cell:
   when a graph of the gradient is being built, its backward runs as differentiable torch
   ops instead (double backward, torch.func).  ``_LLTMSequenceNoJvp``: the same without
   ``jvp``, which torch.compile traces (Dynamo refuses a Function with ``jvp``).
-- ``lltm_sequence`` checks and applies; ``LLTMLayer`` is the module.
+- ``lltm_sequence`` checks and applies; ``LLTMLayer`` (layer.py) is the module.
 """
 import contextlib
 import ctypes
@@ -32,7 +32,7 @@ from torch import Tensor
 from . import _ffi, graphs
 from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor,
                       define_op, function_for, has_tangent, ptr, signature_once)
-from .lltm import (LLTMParameters, _backward_differentiable, _forward_kernel, _pointwise_differentiable,
+from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differentiable,
                    _pointwise_jvp)
 
 
@@ -359,8 +359,12 @@ def _backward_op(grad_output: Tensor, grad_c_n: Optional[Tensor], input: Tensor,
 
 
 def _backward_fake(grad_output, grad_c_n, input, weights, h0, c0, output, cells, gates):
-    return (torch.empty_like(input), torch.empty_like(weights), weights.new_empty(weights.shape[0]),
-            torch.empty_like(h0), torch.empty_like(c0))
+    # contiguous, as the op's results are, whatever the strides of its arguments (a batch_first
+    # input is a transposed view)
+    contiguous = torch.contiguous_format
+    return (torch.empty_like(input, memory_format=contiguous), torch.empty_like(weights, memory_format=contiguous),
+            weights.new_empty(weights.shape[0]), torch.empty_like(h0, memory_format=contiguous),
+            torch.empty_like(c0, memory_format=contiguous))
 
 
 define_op("lltm_sequence_backward(Tensor grad_output, Tensor? grad_c_n, Tensor input, Tensor weights, Tensor h0, "
@@ -555,27 +559,3 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
     output, c_n, *_ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
                                    LLTMSequenceFunction)(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)
-
-
-class LLTMLayer(LLTMParameters):
-    """The LLTM cell over whole sequences, as ``nn.LSTM`` is the LSTM's:
-    ``forward(input, state=None) -> (output, (h_n, c_n))``.
-
-    Parameters ``weights`` [3*state_size, state_size+input_features] and ``bias``
-    [3*state_size], named, shaped and initialised as ``LLTM``'s (a cell's state_dict loads
-    into a layer and back).  input [T, B, input_features], or [B, T, input_features] with
-    ``batch_first=True`` (then output is [B, T, state_size] too); state (h0, c0), each
-    [B, state_size], zeros when omitted."""
-
-    def __init__(self, input_features: int, state_size: int, batch_first: bool = False, device=None, dtype=None):
-        super().__init__(input_features, state_size, device=device, dtype=dtype)
-        self.batch_first = batch_first
-
-    def forward(self, input: Tensor, state: Optional[Tuple[Tensor, Tensor]] = None):
-        if self.batch_first and isinstance(input, torch.Tensor) and input.dim() == 3:
-            output, state = lltm_sequence(input.transpose(0, 1), self.weights, self.bias, state)
-            return output.transpose(0, 1), state
-        return lltm_sequence(input, self.weights, self.bias, state)
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", batch_first={self.batch_first}"

@@ -151,19 +151,19 @@ def test_zero_steps_and_default_state(device):
 def test_layer(device):
     layer = pyroundlib.LLTMLayer(4, 6, device=device)
     cell = pyroundlib.LLTM(4, 6, device=device)
-    cell.load_state_dict(layer.state_dict())  # the same parameters, names and shapes
+    cell.load_state_dict(layer.state_dict())  # a one-layer layer's parameters are a cell's
     layer.load_state_dict(cell.state_dict())
-    assert [n for n, _ in layer.named_parameters()] == ["weights", "bias"]
+    assert [n for n, _ in layer.named_parameters()] == ["weights_l0", "bias_l0"]
     x = torch.randn(5, 2, 4, device=device)
     output, (h, c) = layer(x)
     hh, cc = torch.zeros(2, 6, device=device), torch.zeros(2, 6, device=device)
     for t in range(5):
         hh, cc = cell(x[t], (hh, cc))
         torch.testing.assert_close(output[t], hh)
-    torch.testing.assert_close((h, c), (hh, cc))
+    torch.testing.assert_close((h, c), (hh[None], cc[None]))
     batch_first = pyroundlib.LLTMLayer(4, 6, batch_first=True, device=device)
     batch_first.load_state_dict(layer.state_dict())
-    output_bf, (h_bf, c_bf) = batch_first(x.transpose(0, 1).contiguous(), (torch.zeros(2, 6, device=device),) * 2)
+    output_bf, (h_bf, c_bf) = batch_first(x.transpose(0, 1).contiguous(), (torch.zeros(1, 2, 6, device=device),) * 2)
     torch.testing.assert_close(output_bf.transpose(0, 1), output)
     torch.testing.assert_close((h_bf, c_bf), (h, c))
     assert "batch_first=True" in repr(batch_first)
@@ -267,7 +267,9 @@ def test_autocast(device):
     x = torch.randn(5, 3, 4, device=device)
     with torch.autocast(device.type, dtype=low):
         output, (h, c) = layer(x)
-        want = reference(x, layer.weights, layer.bias, torch.zeros(3, 6, device=device), torch.zeros(3, 6, device=device))
+        want = reference(x, layer.weights_l0, layer.bias_l0, torch.zeros(3, 6, device=device),
+                         torch.zeros(3, 6, device=device))
+    h, c = h[0], c[0]
     assert output.dtype == h.dtype == c.dtype == low
     grads = torch.autograd.grad(weighted_loss((output.float(), h.float(), c.float())), list(layer.parameters()))
     ref_grads = torch.autograd.grad(weighted_loss(tuple(w.float() for w in want)), list(layer.parameters()))
@@ -431,8 +433,8 @@ def test_inside_a_users_cuda_graph():
         static_x.copy_(torch.randn(5, 4, 8, device="cuda"))
         graph.replay()
         zeros = torch.zeros(4, 16, device="cuda")
-        want = reference(static_x, layer.weights.detach(), layer.bias.detach(), zeros, zeros)
-        torch.testing.assert_close((static_out, static_h, static_c), want)
+        want = reference(static_x, layer.weights_l0.detach(), layer.bias_l0.detach(), zeros, zeros)
+        torch.testing.assert_close((static_out, static_h[0], static_c[0]), want)
 
 
 @requires_cuda
@@ -453,14 +455,14 @@ def test_training_step_in_a_users_cuda_graph(monkeypatch):
     for _ in range(2):
         static_x.copy_(torch.randn_like(static_x))
         graph.replay()
-        args = [static_x, layer.weights.detach(), layer.bias.detach(), torch.zeros(4, 16, device="cuda"),
+        args = [static_x, layer.weights_l0.detach(), layer.bias_l0.detach(), torch.zeros(4, 16, device="cuda"),
                 torch.zeros(4, 16, device="cuda")]
         ref = [a.double().requires_grad_(k in (1, 2)) for k, a in enumerate(args)]
         loss = reference(*ref)[0].square().sum()
         loss.backward()
         torch.testing.assert_close(static_loss.double(), loss.detach(), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(layer.weights.grad.double(), ref[1].grad, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(layer.bias.grad.double(), ref[2].grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(layer.weights_l0.grad.double(), ref[1].grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(layer.bias_l0.grad.double(), ref[2].grad, rtol=1e-5, atol=1e-5)
 
 
 @requires_cuda

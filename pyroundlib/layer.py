@@ -1,0 +1,168 @@
+"""LLTMLayer: the LLTM over whole sequences with nn.LSTM's interface: stacked layers, both
+directions, dropout between layers.
+
+Each layer and direction is one ``lltm_sequence`` call (one autograd node); the reverse
+direction runs the sequence flipped in time and flips its output back.  Layer k > 0 takes the
+D*S features of layer k - 1 (both directions concatenated), with dropout in between in
+training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k}``,
+``bias_l{k}`` and ``..._reverse``, each in the cell's layout ([3S, S + input width] and [3S]).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .sequence import lltm_sequence
+
+
+class LLTMLayer(torch.nn.Module):
+    """The LLTM cell over whole sequences, as ``nn.LSTM`` is the LSTM's:
+    ``forward(input, state=None) -> (output, (h_n, c_n))``.
+
+    ``LLTMLayer(input_features, state_size, num_layers=1, bias=True, batch_first=False,
+    dropout=0.0, bidirectional=False, device=None, dtype=None)``.  input [T, B, I] ([B, T, I]
+    with ``batch_first``) or unbatched [T, I]; state (h0, c0), each [L*D, B, S] ([L*D, S]
+    unbatched; L = num_layers, D = 2 if bidirectional else 1), zeros when omitted; output
+    [T, B, D*S] (batch_first: [B, T, D*S]), h_n and c_n [L*D, B, S], the layers' last states
+    in nn.LSTM's order (layer 0 forward, layer 0 reverse, layer 1 forward, ...).  Parameters
+    ``weights_l{k}`` [3S, S + I_k] and ``bias_l{k}`` [3S] (``_reverse`` for the reverse
+    direction; no biases with bias=False), initialised uniform in +-1/sqrt(S) as ``LLTM``'s.
+    A checkpoint of an ``LLTM`` cell, or of an ``LLTMLayer`` of 0.4.0 and before (``weights``,
+    ``bias``), loads into a one-layer, one-direction layer, and such a layer's into a cell.
+    Deprecated, for one release: ``weights`` and ``bias`` (use ``weights_l0``, ``bias_l0``), and
+    a state of [B, S] tensors (0.4.0's; then h_n and c_n come back as [B, S] too).  PackedSequence
+    input is not supported yet: pad it (``torch.nn.utils.rnn.pad_packed_sequence``)."""
+
+    def __init__(self, input_features: int, state_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device=None,
+                 dtype=None):
+        super().__init__()
+        for name, value, low in (("input_features", input_features, 0), ("state_size", state_size, 1),
+                                 ("num_layers", num_layers, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
+            raise ValueError(f"dropout must be a number in [0, 1], got {dropout!r}")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn("dropout acts between layers: with num_layers=1 it has no effect (as in nn.LSTM)",
+                          UserWarning, stacklevel=2)
+        self.input_features, self.state_size, self.num_layers = input_features, state_size, num_layers
+        self.has_bias, self.batch_first, self.dropout = bool(bias), batch_first, float(dropout)
+        self.bidirectional = bool(bidirectional)
+        factory = {"device": device, "dtype": dtype}
+        for name, width in self._parameter_shapes():
+            self.register_parameter(f"weights{name}", torch.nn.Parameter(
+                torch.empty(3 * state_size, state_size + width, **factory)))
+            if self.has_bias:
+                self.register_parameter(f"bias{name}", torch.nn.Parameter(torch.empty(3 * state_size, **factory)))
+        self.reset_parameters()
+
+    def _parameter_shapes(self) -> List[Tuple[str, int]]:
+        """(suffix, input width) of each layer and direction, in nn.LSTM's order."""
+        directions = 2 if self.bidirectional else 1
+        return [(f"_l{k}{'_reverse' if d else ''}", self.input_features if k == 0 else directions * self.state_size)
+                for k in range(self.num_layers) for d in range(directions)]
+
+    def reset_parameters(self) -> None:
+        stdv = 1.0 / math.sqrt(self.state_size)
+        with torch.no_grad():
+            for weight in self.parameters():
+                weight.uniform_(-stdv, +stdv)
+
+    @property
+    def weights(self) -> Tensor:
+        """Deprecated (0.4.0 and before): ``weights_l0``."""
+        warnings.warn("LLTMLayer.weights is deprecated: use LLTMLayer.weights_l0", DeprecationWarning, stacklevel=2)
+        return self.weights_l0
+
+    @property
+    def bias(self) -> Optional[Tensor]:
+        """Deprecated (0.4.0 and before): ``bias_l0`` (None with bias=False; the flag is ``has_bias``)."""
+        warnings.warn("LLTMLayer.bias is deprecated: use LLTMLayer.bias_l0", DeprecationWarning, stacklevel=2)
+        return self.bias_l0 if self.has_bias else None
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # a cell's or a 0.4.0 layer's checkpoint: ``weights`` and ``bias`` are layer 0's
+        for old, new in (("weights", "weights_l0"), ("bias", "bias_l0")):
+            if prefix + old in state_dict and prefix + new not in state_dict:
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def forward(self, input: Tensor, state: Optional[Tuple[Tensor, Tensor]] = None):
+        if isinstance(input, torch.nn.utils.rnn.PackedSequence):
+            raise TypeError("LLTMLayer does not take a PackedSequence yet: pad it first "
+                            "(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
+        if not isinstance(input, Tensor) or input.dim() not in (2, 3):
+            raise ValueError(f"input must be a 3-D tensor [{'B, T' if self.batch_first else 'T, B'}, "
+                             f"input_features] or an unbatched 2-D one [T, input_features], got "
+                             f"{type(input).__name__ if not isinstance(input, Tensor) else list(input.shape)}")
+        batched = input.dim() == 3
+        x = input if batched else input.unsqueeze(1)
+        if batched and self.batch_first:
+            x = x.transpose(0, 1)
+        directions = 2 if self.bidirectional else 1
+        layers = self.num_layers * directions
+        batch = x.shape[1]
+        legacy = False  # 0.4.0's state: (h0, c0) each [B, S], returned so (one layer, one direction)
+        if (state is not None and batched and layers == 1 and isinstance(state, (tuple, list)) and len(state) == 2
+                and all(isinstance(t, Tensor) and t.dim() == 2 for t in state)):
+            warnings.warn("LLTMLayer's state is [num_layers*num_directions, batch, state_size], as nn.LSTM's: "
+                          "a [batch, state_size] state is deprecated (pass h0.unsqueeze(0), c0.unsqueeze(0))",
+                          DeprecationWarning, stacklevel=2)
+            state, legacy = tuple(t.unsqueeze(0) for t in state), True
+        if state is not None:
+            state = self._check_state(state, layers, batch, batched)
+        h_n, c_n = [], []
+        for k in range(self.num_layers):
+            outputs = []
+            for d in range(directions):
+                suffix = f"_l{k}{'_reverse' if d else ''}"
+                weights = getattr(self, f"weights{suffix}")
+                bias = getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)
+                index = k * directions + d
+                start = None if state is None else (state[0][index], state[1][index])
+                seq = x.flip(0) if d else x
+                output, (h, c) = lltm_sequence(seq, weights, bias, start)
+                outputs.append(output.flip(0) if d else output)
+                h_n.append(h)
+                c_n.append(c)
+            x = torch.cat(outputs, dim=2) if directions == 2 else outputs[0]
+            if self.dropout > 0 and self.training and k < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+        if legacy:
+            h_n, c_n = h_n[0], c_n[0]
+        if not batched:
+            return x.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
+        return (x.transpose(0, 1) if self.batch_first else x), (h_n, c_n)
+
+    def _check_state(self, state, layers: int, batch: int, batched: bool):
+        if not (isinstance(state, (tuple, list)) and len(state) == 2):
+            raise TypeError(f"state must be a tuple (h0, c0) or None, got {type(state).__name__}")
+        want = [layers, batch, self.state_size] if batched else [layers, self.state_size]
+        checked = []
+        for name, t in zip(("h0", "c0"), state):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"state's {name} must be a Tensor, got {type(t).__name__}")
+            if list(t.shape) != want:
+                raise ValueError(f"state's {name} must be [num_layers*num_directions, batch, state_size]"
+                                 f"{'' if batched else ' without the batch (unbatched input)'} = {want}, "
+                                 f"got {list(t.shape)}")
+            checked.append(t if batched else t.unsqueeze(1))
+        return checked
+
+    def extra_repr(self) -> str:
+        text = f"input_features={self.input_features}, state_size={self.state_size}"
+        for name, attr, default in (("num_layers", "num_layers", 1), ("bias", "has_bias", True),
+                                    ("batch_first", "batch_first", False), ("dropout", "dropout", 0.0),
+                                    ("bidirectional", "bidirectional", False)):
+            if getattr(self, attr) != default:
+                text += f", {name}={getattr(self, attr)}"
+        return text

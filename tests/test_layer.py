@@ -1,0 +1,212 @@
+"""LLTMLayer as nn.LSTM is used: stacked layers, both directions, dropout between layers,
+batch_first, unbatched input, bias=False; against a plain-PyTorch reference (the tutorial's
+cell in a loop per layer and direction) in float64, and against nn.LSTM's shapes."""
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pyroundlib
+from pyroundlib.reference import lltm_cell_reference
+
+from conftest import CUDA
+
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+T, B, I, S = 5, 3, 4, 6
+
+
+def reference(layer, input, state=None):
+    """(output, (h_n, c_n)) of `layer`'s configuration, from its parameters, with the tutorial's
+    cell stepped through each layer and direction; dropout drawn as the layer draws it."""
+    batched = input.dim() == 3
+    x = input if batched else input.unsqueeze(1)
+    if batched and layer.batch_first:
+        x = x.transpose(0, 1)
+    directions = 2 if layer.bidirectional else 1
+    h_n, c_n = [], []
+    for k in range(layer.num_layers):
+        outputs = []
+        for d in range(directions):
+            suffix = f"_l{k}{'_reverse' if d else ''}"
+            weights = getattr(layer, f"weights{suffix}")
+            bias = getattr(layer, f"bias{suffix}") if layer.has_bias else torch.zeros_like(weights[:, 0])
+            index = k * directions + d
+            if state is None:
+                h = c = x.new_zeros(x.shape[1], layer.state_size)
+            else:
+                h, c = (t[index] if batched else t[index].unsqueeze(0) for t in state)
+            steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
+            out = [None] * x.shape[0]
+            for t in steps:
+                h, c = lltm_cell_reference(x[t], weights, bias, h, c)
+                out[t] = h
+            outputs.append(torch.stack(out))
+            h_n.append(h)
+            c_n.append(c)
+        x = torch.cat(outputs, dim=2)
+        if layer.dropout > 0 and layer.training and k < layer.num_layers - 1:
+            x = F.dropout(x, layer.dropout, training=True)
+    h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+    if not batched:
+        return x.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
+    return (x.transpose(0, 1) if layer.batch_first else x), (h_n, c_n)
+
+
+def flat(result):
+    output, (h, c) = result
+    return [output, h, c]
+
+
+CONFIGS = list(itertools.product([1, 3], [False, True], [False, True], [True, False]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_layers,bidirectional,batch_first,bias", CONFIGS)
+def test_against_reference(device, num_layers, bidirectional, batch_first, bias):
+    """Outputs, final states and the gradients of the input, every parameter and the initial
+    state, in float64, with and without a given state; and the shapes nn.LSTM gives."""
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                                 bidirectional=bidirectional, device=device, dtype=torch.float64)
+    lstm = torch.nn.LSTM(I, S, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                         bidirectional=bidirectional, device=device, dtype=torch.float64)
+    directions = 2 if bidirectional else 1
+    shape = (B, T, I) if batch_first else (T, B, I)
+    x = torch.randn(*shape, device=device, dtype=torch.float64, requires_grad=True)
+    state = [torch.randn(num_layers * directions, B, S, device=device, dtype=torch.float64, requires_grad=True)
+             for _ in range(2)]
+    for given in (None, state):
+        got, want = flat(layer(x, given)), flat(reference(layer, x, given))
+        assert [g.shape for g in got] == [w.shape for w in flat(lstm(x, given))]
+        torch.testing.assert_close(got, want)
+        inputs = [x, *layer.parameters()] + (state if given else [])
+        weights = [torch.randn_like(g) for g in got]
+        grads = torch.autograd.grad(sum((g * w).sum() for g, w in zip(got, weights)), inputs)
+        ref_grads = torch.autograd.grad(sum((g * w).sum() for g, w in zip(want, weights)), inputs)
+        torch.testing.assert_close(grads, ref_grads)
+    names = [n for n, _ in layer.named_parameters()]
+    lstm_names = [n.replace("weight_ih", "weights").replace("bias_ih", "bias") for n, _ in lstm.named_parameters()
+                  if "_hh" not in n]
+    assert names == lstm_names  # weights_l{k}[_reverse], bias_l{k}[_reverse], in nn.LSTM's order
+    for k in range(num_layers):
+        width = I if k == 0 else directions * S
+        assert layer.get_parameter(f"weights_l{k}").shape == (3 * S, S + width)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_unbatched(device, bidirectional):
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=bidirectional, device=device,
+                                 dtype=torch.float64)
+    x = torch.randn(T, I, device=device, dtype=torch.float64)
+    state = [torch.randn(2 * (2 if bidirectional else 1), S, device=device, dtype=torch.float64) for _ in range(2)]
+    for given in (None, state):
+        got = flat(layer(x, given))
+        torch.testing.assert_close(got, flat(reference(layer, x, given)))
+        batched = flat(layer(x.unsqueeze(1), None if given is None else [t.unsqueeze(1) for t in given]))
+        torch.testing.assert_close(got, [batched[0].squeeze(1), batched[1].squeeze(1), batched[2].squeeze(1)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_between_layers_in_training_only(device):
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=3, dropout=0.5, bidirectional=True, device=device,
+                                 dtype=torch.float64)
+    x = torch.randn(T, B, I, device=device, dtype=torch.float64)
+    torch.manual_seed(1)
+    got = flat(layer(x))
+    torch.manual_seed(1)
+    want = flat(reference(layer, x))  # the same masks, drawn in the same order
+    torch.testing.assert_close(got, want)
+    layer.eval()
+    evaluated = flat(layer(x))
+    assert not torch.equal(evaluated[0], got[0])
+    torch.testing.assert_close(evaluated, flat(reference(layer, x)))  # no dropout in eval mode
+    last = pyroundlib.LLTMLayer(I, S, num_layers=1, device=device)
+    with pytest.warns(UserWarning, match="no effect"):
+        pyroundlib.LLTMLayer(I, S, dropout=0.3)
+    torch.testing.assert_close(flat(last(x.float())), flat(last(x.float())))  # nothing random with one layer
+
+
+def test_gradcheck_two_layers_both_directions():
+    layer = pyroundlib.LLTMLayer(3, 4, num_layers=2, bidirectional=True, dtype=torch.float64)
+    x = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
+    h0, c0 = (torch.randn(4, 2, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    params = list(layer.parameters())
+
+    def fn(x, h0, c0, *ps):
+        with torch.nn.utils.stateless._reparametrize_module(layer, dict(zip([n for n, _ in layer.named_parameters()],
+                                                                           ps))):
+            return flat(layer(x, (h0, c0)))
+
+    assert torch.autograd.gradcheck(fn, (x, h0, c0, *params))
+    assert torch.autograd.gradgradcheck(fn, (x, h0, c0, *params))
+
+
+def test_bad_state_names_the_expected_shape():
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True)
+    x = torch.randn(T, B, I)
+    with pytest.raises(ValueError, match=r"h0 must be \[num_layers\*num_directions, batch, state_size\] = \[4, 3, 6\]"):
+        layer(x, (torch.zeros(2, B, S), torch.zeros(4, B, S)))
+    with pytest.raises(ValueError, match=r"c0 .* = \[4, 3, 6\], got \[4, 2, 6\]"):
+        layer(x, (torch.zeros(4, B, S), torch.zeros(4, 2, S)))
+    with pytest.raises(TypeError, match="state must be a tuple"):
+        layer(x, torch.zeros(4, B, S))
+    with pytest.raises(ValueError, match="input must be a 3-D tensor"):
+        layer(torch.zeros(2, 3, 4, 5))
+    with pytest.raises(TypeError, match="PackedSequence"):
+        layer(torch.nn.utils.rnn.pack_padded_sequence(x, [5, 4, 2]))
+    with pytest.raises(ValueError, match="num_layers must be an int >= 1"):
+        pyroundlib.LLTMLayer(I, S, num_layers=0)
+    with pytest.raises(ValueError, match="dropout must be a number in"):
+        pyroundlib.LLTMLayer(I, S, dropout=1.5)
+
+
+def test_earlier_checkpoints_and_names():
+    """A cell's checkpoint, and a 0.4.0 layer's (``weights``, ``bias``), load into a one-layer
+    layer, and its into a cell; ``weights``/``bias`` and a [B, S] state still work, with a
+    DeprecationWarning naming the replacement."""
+    cell = pyroundlib.LLTM(I, S)
+    layer = pyroundlib.LLTMLayer(I, S)
+    layer.load_state_dict(cell.state_dict())
+    assert torch.equal(layer.weights_l0, cell.weights) and torch.equal(layer.bias_l0, cell.bias)
+    other = pyroundlib.LLTM(I, S)
+    other.load_state_dict(layer.state_dict())
+    assert torch.equal(other.weights, cell.weights)
+    with pytest.warns(DeprecationWarning, match="use LLTMLayer.weights_l0"):
+        assert layer.weights is layer.weights_l0
+    with pytest.warns(DeprecationWarning, match="use LLTMLayer.bias_l0"):
+        assert layer.bias is layer.bias_l0
+    x = torch.randn(T, B, I)
+    h0, c0 = torch.randn(B, S), torch.randn(B, S)
+    with pytest.warns(DeprecationWarning, match=r"\[num_layers\*num_directions, batch, state_size\]"):
+        output, (h, c) = layer(x, (h0, c0))
+    assert h.shape == c.shape == (B, S)
+    new_output, (new_h, new_c) = layer(x, (h0[None], c0[None]))
+    torch.testing.assert_close((output, h, c), (new_output, new_h[0], new_c[0]))
+    with pytest.raises(RuntimeError):  # a three-layer layer has more than a cell's parameters
+        pyroundlib.LLTMLayer(I, S, num_layers=3).load_state_dict(cell.state_dict())
+    assert "bias=False" in repr(pyroundlib.LLTMLayer(I, S, bias=False, num_layers=2))
+
+
+def test_compile_fullgraph_stacked_both_directions():
+    torch._dynamo.reset()
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, batch_first=True)
+    compiled = torch.compile(layer, fullgraph=True)
+    x = torch.randn(B, T, I, requires_grad=True)
+    got, want = flat(compiled(x)), flat(layer(x))
+    torch.testing.assert_close(got, want)
+    params = [x, *layer.parameters()]
+    torch.testing.assert_close(torch.autograd.grad(sum(g.sum() for g in got), params),
+                               torch.autograd.grad(sum(w.sum() for w in want), params))
+
+
+def test_autocast_stacked_both_directions():
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True)
+    x = torch.randn(T, B, I)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, (h, c) = layer(x)
+    assert output.dtype == h.dtype == c.dtype == torch.bfloat16
+    want = flat(reference(layer, x))
+    torch.testing.assert_close([output.float(), h.float(), c.float()], want, rtol=5e-2, atol=5e-2)
+    grads = torch.autograd.grad(output.float().sum(), list(layer.parameters()))
+    assert all(g.dtype == torch.float32 for g in grads)
