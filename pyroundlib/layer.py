@@ -1,11 +1,13 @@
 """LLTMLayer: the LLTM over whole sequences with nn.LSTM's interface: stacked layers, both
-directions, dropout between layers.
+directions, dropout between layers, packed variable-length batches.
 
 Each layer and direction is one ``lltm_sequence`` call (one autograd node); the reverse
 direction runs the sequence flipped in time and flips its output back.  Layer k > 0 takes the
 D*S features of layer k - 1 (both directions concatenated), with dropout in between in
 training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k}``,
 ``bias_l{k}`` and ``..._reverse``, each in the cell's layout ([3S, S + input width] and [3S]).
+A PackedSequence runs as runs of steps of equal batch size, one ``lltm_sequence`` each over the
+rows still running (``_packed_forward``, ``_packed_reverse``).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.utils.rnn import PackedSequence
 
 from .sequence import lltm_sequence
 
@@ -35,8 +38,10 @@ class LLTMLayer(torch.nn.Module):
     A checkpoint of an ``LLTM`` cell, or of an ``LLTMLayer`` of 0.4.0 and before (``weights``,
     ``bias``), loads into a one-layer, one-direction layer, and such a layer's into a cell.
     Deprecated, for one release: ``weights`` and ``bias`` (use ``weights_l0``, ``bias_l0``), and
-    a state of [B, S] tensors (0.4.0's; then h_n and c_n come back as [B, S] too).  PackedSequence
-    input is not supported yet: pad it (``torch.nn.utils.rnn.pad_packed_sequence``)."""
+    a state of [B, S] tensors (0.4.0's; then h_n and c_n come back as [B, S] too).  A
+    ``PackedSequence`` input (sorted or not) gives a ``PackedSequence`` output with the input's
+    ``sorted_indices``, each sequence run exactly its own length (h_n, c_n: the state at its own
+    last step; the reverse direction starts at it), no padding computed."""
 
     def __init__(self, input_features: int, state_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device=None,
@@ -96,9 +101,8 @@ class LLTMLayer(torch.nn.Module):
                                       error_msgs)
 
     def forward(self, input: Tensor, state: Optional[Tuple[Tensor, Tensor]] = None):
-        if isinstance(input, torch.nn.utils.rnn.PackedSequence):
-            raise TypeError("LLTMLayer does not take a PackedSequence yet: pad it first "
-                            "(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, state)
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
             raise ValueError(f"input must be a 3-D tensor [{'B, T' if self.batch_first else 'T, B'}, "
                              f"input_features] or an unbatched 2-D one [T, input_features], got "
@@ -143,6 +147,52 @@ class LLTMLayer(torch.nn.Module):
             return x.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
         return (x.transpose(0, 1) if self.batch_first else x), (h_n, c_n)
 
+    def _forward_packed(self, packed: PackedSequence, state):
+        """A PackedSequence: each sequence runs exactly its own length.  The pack's steps fall in
+        runs of equal batch size (its sequences sorted by length, longest first); each run is
+        one ``lltm_sequence`` over the rows still running, whose data are contiguous in the pack,
+        so no padding is computed.  The rows that end before a run keep their state."""
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        sizes = batch_sizes.tolist()
+        runs, t, offset = [], 0, 0  # (first step, steps, rows, offset of its data)
+        while t < len(sizes):
+            end = t
+            while end < len(sizes) and sizes[end] == sizes[t]:
+                end += 1
+            runs.append((t, end - t, sizes[t], offset))
+            offset += (end - t) * sizes[t]
+            t = end
+        directions = 2 if self.bidirectional else 1
+        batch = sizes[0] if sizes else 0
+        if state is not None:
+            state = self._check_state(state, self.num_layers * directions, batch, True)
+            if sorted_indices is not None:
+                state = [t.index_select(1, sorted_indices) for t in state]
+        x, h_n, c_n = data, [], []
+        for k in range(self.num_layers):
+            outputs = []
+            for d in range(directions):
+                suffix = f"_l{k}{'_reverse' if d else ''}"
+                weights = getattr(self, f"weights{suffix}")
+                bias = getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)
+                index = k * directions + d
+                if state is None:
+                    h0 = c0 = x.new_zeros(batch, self.state_size)
+                else:
+                    h0, c0 = state[0][index], state[1][index]
+                run = _packed_reverse if d else _packed_forward
+                output, h, c = run(x, runs, weights, bias, h0, c0)
+                outputs.append(output)
+                h_n.append(h)
+                c_n.append(c)
+            x = torch.cat(outputs, dim=1) if directions == 2 else outputs[0]
+            if self.dropout > 0 and self.training and k < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+        if unsorted_indices is not None:
+            h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
+        return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
+
     def _check_state(self, state, layers: int, batch: int, batched: bool):
         if not (isinstance(state, (tuple, list)) and len(state) == 2):
             raise TypeError(f"state must be a tuple (h0, c0) or None, got {type(state).__name__}")
@@ -166,3 +216,27 @@ class LLTMLayer(torch.nn.Module):
             if getattr(self, attr) != default:
                 text += f", {name}={getattr(self, attr)}"
         return text
+
+
+def _packed_forward(x: Tensor, runs, weights: Tensor, bias: Tensor, h: Tensor, c: Tensor):
+    """One direction over a pack, first step to last: (output data, h_n, c_n)."""
+    outputs = []
+    for _, steps, rows, offset in runs:
+        data = x[offset:offset + steps * rows].view(steps, rows, x.shape[1])
+        output, (h_run, c_run) = lltm_sequence(data, weights, bias, (h[:rows], c[:rows]))
+        outputs.append(output.reshape(steps * rows, -1))
+        h, c = torch.cat([h_run, h[rows:]]), torch.cat([c_run, c[rows:]])  # the rows that ended keep theirs
+    return torch.cat(outputs), h, c
+
+
+def _packed_reverse(x: Tensor, runs, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
+    """The reverse direction over a pack: each sequence from its own last step to its first; a
+    sequence joins, from its initial state, at the run where its last step is."""
+    outputs, h, c = [None] * len(runs), h0[:0], c0[:0]
+    for i in range(len(runs) - 1, -1, -1):
+        _, steps, rows, offset = runs[i]
+        data = x[offset:offset + steps * rows].view(steps, rows, x.shape[1]).flip(0)
+        start = (torch.cat([h, h0[h.shape[0]:rows]]), torch.cat([c, c0[c.shape[0]:rows]]))
+        output, (h, c) = lltm_sequence(data, weights, bias, start)
+        outputs[i] = output.flip(0).reshape(steps * rows, -1)
+    return torch.cat(outputs), h, c

@@ -127,6 +127,58 @@ def test_dropout_between_layers_in_training_only(device):
     torch.testing.assert_close(flat(last(x.float())), flat(last(x.float())))  # nothing random with one layer
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_layers,bidirectional", [(1, False), (1, True), (3, False), (3, True)])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_packed_sequences_each_at_its_own_length(device, num_layers, bidirectional, enforce_sorted):
+    """A PackedSequence against each sequence run alone at its own length by the reference:
+    the output (a PackedSequence with the input's sorted_indices), h_n and c_n in the batch's
+    own order, and the gradients of the input, every parameter and the initial state."""
+    rnn = torch.nn.utils.rnn
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bidirectional=bidirectional, device=device,
+                                 dtype=torch.float64)
+    lengths = [7, 7, 5, 3, 3, 1] if enforce_sorted else [3, 7, 1, 5, 7, 3]
+    batch, steps, layers = len(lengths), max(lengths), num_layers * (2 if bidirectional else 1)
+    x = torch.randn(steps, batch, I, device=device, dtype=torch.float64, requires_grad=True)
+    state = [torch.randn(layers, batch, S, device=device, dtype=torch.float64, requires_grad=True)
+             for _ in range(2)]
+    packed = rnn.pack_padded_sequence(x, lengths, enforce_sorted=enforce_sorted)
+    output, (h, c) = layer(packed, state)
+    assert isinstance(output, rnn.PackedSequence) and torch.equal(output.batch_sizes, packed.batch_sizes)
+    if not enforce_sorted:
+        assert torch.equal(output.sorted_indices, packed.sorted_indices)
+    padded, got_lengths = rnn.pad_packed_sequence(output)
+    assert got_lengths.tolist() == lengths
+    lstm = torch.nn.LSTM(I, S, num_layers=num_layers, bidirectional=bidirectional, device=device,
+                         dtype=torch.float64)
+    lstm_out, (lstm_h, _) = lstm(packed, state)
+    assert output.data.shape == lstm_out.data.shape and h.shape == c.shape == lstm_h.shape
+    want_out, want_h, want_c = torch.zeros_like(padded), [], []
+    for i, n in enumerate(lengths):
+        o, (hi, ci) = reference(layer, x[:n, i:i + 1], [t[:, i:i + 1] for t in state])
+        want_out[:n, i] = o[:, 0]
+        want_h.append(hi)
+        want_c.append(ci)
+    want_h, want_c = torch.cat(want_h, dim=1), torch.cat(want_c, dim=1)
+    torch.testing.assert_close((padded, h, c), (want_out, want_h, want_c))
+    inputs = [x, *layer.parameters(), *state]
+    weights = [torch.randn_like(t) for t in (padded, h, c)]
+    grads = torch.autograd.grad(sum((g * w).sum() for g, w in zip((padded, h, c), weights)), inputs)
+    ref_grads = torch.autograd.grad(sum((g * w).sum() for g, w in zip((want_out, want_h, want_c), weights)), inputs)
+    torch.testing.assert_close(grads, ref_grads)
+    none = layer(packed)  # zero state
+    torch.testing.assert_close(none[1][0][:, 0], reference(layer, x[:lengths[0], :1])[1][0][:, 0])
+
+
+def test_packed_dropout_in_training_only():
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, dropout=0.5, dtype=torch.float64)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(T, B, I, dtype=torch.float64), [5, 4, 2])
+    trained = layer(packed)[0].data
+    layer.eval()
+    assert not torch.equal(trained, layer(packed)[0].data)
+    torch.testing.assert_close(layer(packed)[0].data, layer(packed)[0].data)
+
+
 def test_gradcheck_two_layers_both_directions():
     layer = pyroundlib.LLTMLayer(3, 4, num_layers=2, bidirectional=True, dtype=torch.float64)
     x = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
@@ -153,8 +205,6 @@ def test_bad_state_names_the_expected_shape():
         layer(x, torch.zeros(4, B, S))
     with pytest.raises(ValueError, match="input must be a 3-D tensor"):
         layer(torch.zeros(2, 3, 4, 5))
-    with pytest.raises(TypeError, match="PackedSequence"):
-        layer(torch.nn.utils.rnn.pack_padded_sequence(x, [5, 4, 2]))
     with pytest.raises(ValueError, match="num_layers must be an int >= 1"):
         pyroundlib.LLTMLayer(I, S, num_layers=0)
     with pytest.raises(ValueError, match="dropout must be a number in"):
