@@ -384,6 +384,56 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
     return cases
 
 
+LAYER_LABELS = ("float32 TF32 off", "bfloat16")  # the layer cases' precisions
+PADDED = "pyroundlib, padded"  # in the packed cases: our layer on the same batch padded to T
+
+
+def layer_cases(device, steps, batch, features, state, label, packed):
+    """LLTMLayer as nn.LSTM is used: 2 layers, bidirectional, against nn.LSTM of the same
+    configuration on the same batch, forward+backward and inference (torch.inference_mode).
+    packed: sequence lengths drawn uniformly from [T/2, T] (seeded), the same PackedSequence
+    for both, and our layer on the batch padded to T beside them."""
+    dtype, tf32 = SEQUENCE_PRECISIONS[label]
+    kw = dict(device=device, dtype=dtype)
+    gen = torch.Generator().manual_seed(steps * 1000 + batch)
+    ours = pyroundlib.LLTMLayer(features, state, num_layers=2, bidirectional=True, **kw)
+    lstm = torch.nn.LSTM(features, state, num_layers=2, bidirectional=True, **kw)
+    x = torch.randn(steps, batch, features, **kw, requires_grad=True)
+    lengths = torch.randint(steps // 2, steps + 1, (batch,), generator=gen).tolist()
+    lengths[0] = steps
+    pack = torch.nn.utils.rnn.pack_padded_sequence(x.detach(), lengths, enforce_sorted=False)
+    pack = torch.nn.utils.rnn.PackedSequence(pack.data.requires_grad_(), pack.batch_sizes, pack.sorted_indices,
+                                             pack.unsorted_indices)  # its data a leaf, as x is
+    source = pack if packed else x
+
+    def train(layer, given):
+        is_pack = isinstance(given, torch.nn.utils.rnn.PackedSequence)
+        params = [given.data if is_pack else given, *layer.parameters()]
+
+        def run():
+            output, (h, c) = layer(given)
+            return torch.autograd.grad((output.data if is_pack else output).sum() + h.sum() + c.sum(), params)
+        return run
+
+    def infer(layer, given):
+        def run():
+            with torch.inference_mode():
+                return layer(given)
+        return run
+
+    tag = f"(T,B,I,S)=({steps},{batch},{features},{state}), {'packed' if packed else 'padded'}, {label}"
+    cpu = "CPU: " if device.type == "cpu" else ""
+    settings = tf32_settings(tf32)
+    cases = []
+    for kind, make in (("fwd+bwd", train), ("inference", infer)):
+        variants = {OURS: make(ours, source), CUDNN: make(lstm, source)}
+        if packed:
+            variants[PADDED] = make(ours, x)
+        cases.append(Case(f"{cpu}LLTMLayer 2-layer bidirectional {kind}, {tag}, wall", variants, group="layer",
+                          host_bound=True, settings=settings))
+    return cases
+
+
 def numel_name(n):
     return f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else str(n)
 
@@ -407,6 +457,11 @@ def targets(results: dict[str, Result], device_type: str):
             add(r.case, CUDNN, 0.75 if r.case.startswith("CPU") else 0.5, f"{what} / {CUDNN}")
             if not r.case.startswith("CPU"):
                 add(r.case, CELL_LOOP, 0.25, f"{what} / {CELL_LOOP}")
+    for r in results.values():
+        if r.group == "layer":
+            add(r.case, CUDNN, 0.75, f"{r.case.replace(', wall', '')} / {CUDNN}")
+            if PADDED in r.ratios:
+                add(r.case, PADDED, 0.85, f"{r.case.replace(', wall', '')} / padded")
     if device_type == "cuda":
         for dt in ("float32", "bfloat16"):
             add(f"round forward, 2^28 {dt}", "copy (same bytes)", 1.05, f"round fwd 2^28 {dt} / copy")
@@ -600,9 +655,16 @@ def _run(args, device, rounds, round_seconds, info, notes):
                 # the compiled loop takes ~30 s to compile per size: only in the like-with-like float32 case
                 cases += sequence_cases(device, t, b, i, s, label, compiled=label == "float32 TF32 off"
                                         and not args.no_compiled_sequences)
+    if device.type == "cuda":
+        for label in LAYER_LABELS:
+            for t, b, i, s in SEQUENCE_SIZES[:2] if args.quick else SEQUENCE_SIZES:
+                for packed in (False, True):
+                    cases += layer_cases(device, t, b, i, s, label, packed)
     cpu_sequence = sequence_cases(torch.device("cpu"), *SEQUENCE_SIZES[0], "float32")
     for case in cpu_sequence:
         case.name = "CPU: " + case.name
+    for packed in (False, True):
+        cpu_sequence += layer_cases(torch.device("cpu"), *SEQUENCE_SIZES[0], "float32 TF32 off", packed)
     # the CPU path at the tutorial's size, in every run
     cpu_case = lltm_cases(torch.device("cpu"), 16, 32, 128, compiled_lltm, floor=True)[1]
     cpu_case.name = "CPU: " + cpu_case.name

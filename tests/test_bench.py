@@ -111,6 +111,18 @@ def test_cpu_script_runs_and_is_targeted(tmp_path):
     assert "| sequence fwd+bwd, (T,B,I,S)=(8,32,8,64) |" in (out / "results.md").read_text()
 
 
+def test_layer_case_runs_and_is_targeted(tmp_path):
+    """The 2-layer bidirectional layer on a packed batch: ours, nn.LSTM and ours padded; the
+    targets against nn.LSTM and against padded."""
+    bench.main(["--device", "cpu", "--only", "CPU: LLTMLayer 2-layer bidirectional inference", "--rounds", "1",
+                "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    packed = [r for r in data["results"] if "packed" in r["case"]]
+    assert len(packed) == 1 and set(packed[0]["medians"]) == {bench.OURS, bench.CUDNN, bench.PADDED}
+    limits = sorted(t["limit"] for t in data["targets"] if "packed" in t["target"])
+    assert limits == [0.75, 0.85]
+
+
 def test_sequence_case_runs_and_is_targeted(tmp_path):
     bench.main(["--device", "cpu", "--only", "CPU: LLTM sequence", "--rounds", "1", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "results.json").read_text())

@@ -260,3 +260,19 @@ def test_autocast_stacked_both_directions():
     torch.testing.assert_close([output.float(), h.float(), c.float()], want, rtol=5e-2, atol=5e-2)
     grads = torch.autograd.grad(output.float().sum(), list(layer.parameters()))
     assert all(g.dtype == torch.float32 for g in grads)
+
+
+def test_export_stacked_both_directions():
+    """torch.export records the differentiable sequence op for every layer and direction; the
+    exported program computes the eager layer's outputs and gradients."""
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, batch_first=True)
+    x = torch.randn(B, T, I)
+    program = torch.export.export(layer, (x,))
+    calls = [n for n in program.graph.nodes if n.target == torch.ops.pyroundlib.lltm_sequence_forward.default]
+    assert len(calls) == 4
+    exported = program.module()
+    x = torch.randn(B, T, I, requires_grad=True)
+    got, want = flat(exported(x)), flat(layer(x))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(sum(g.sum() for g in got), [x, *exported.parameters()]),
+                               torch.autograd.grad(sum(w.sum() for w in want), [x, *layer.parameters()]))
