@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import OURS, Case, fmt_time, run_case  # noqa: E402
 
 import pyroundlib  # noqa: E402  (bench put the source tree on sys.path where none is installed)
-from pyroundlib.lltm import _backward_differentiable, _lltm_backward, _lltm_forward, _pointwise_differentiable  # noqa: E402
+from pyroundlib.lltm import (_backward_differentiable, _lltm_backward, _lltm_forward,  # noqa: E402
+                             _pointwise_differentiable)
 from pyroundlib.sequence import PERSISTENT_ENV_VAR  # noqa: E402
 
 LSTM = "nn.LSTM"

@@ -160,7 +160,8 @@ def main() -> None:
     (args.out / "adding_problem.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'model':<34} {'params':>6} {'test MSE':>9} {'s/epoch (median)':>17}")
     for name, r in results.items():
-        print(f"{name:<34} {r['parameters']:>6} {r['test_mse'][-1]:>9.4f} {statistics.median(r['epoch_seconds']):>17.2f}")
+        median = statistics.median(r["epoch_seconds"])
+        print(f"{name:<34} {r['parameters']:>6} {r['test_mse'][-1]:>9.4f} {median:>17.2f}")
     print(f"wrote {args.out / 'adding_problem.png'} and {args.out / 'adding_problem.json'}")
 
 

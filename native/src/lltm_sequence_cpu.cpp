@@ -186,8 +186,8 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     chunks of rows.  A fork-join a step; taken where it gives more than twice the threads
 //     the row split can (a batch of fewer tiles than threads: small batches, wide states).
 // And the product itself: where a BLAS was handed over (pyroundlib hands torch's MKL over on
-// Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least kBlasMinWork multiply-adds a step run
-// it step by step, one BLAS call a step.  Measured with and without (benchmarks/NOTES.md), at
+// Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least
+// kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step.  Measured with and without (benchmarks/NOTES.md), at
 // (T, B, S) = (8, 1, 256), (100, 1, 256), (30, 4, 256): on a 16-core Xeon MKL's products took
 // 0.5-0.75x the time of the library's column split; on the development VM (2-core AMD EPYC,
 // where MKL does not run its best code) up to 2.3x.  Larger batches: the library's product
@@ -323,14 +323,17 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
     std::vector<A> w, w_copy;
     int64_t ld_blas = 0;
     const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
-    if (!plan.blas) w = pack_panels<A>(k, state, n, false, [&](int64_t g, int64_t j) { return prl::load(w_h[g * ldw + j]); });
+    if (!plan.blas)
+        w = pack_panels<A>(k, state, n, false, [&](int64_t g, int64_t j) { return prl::load(w_h[g * ldw + j]); });
     if (plan.whole_parts == 0) {
         // step by step: left holds d_gates[t + 1] (rows past the batch zero), the cells write the next one
-        std::vector<A> left((size_t)(plan.padded * k), A(0)), rec((size_t)(plan.padded * n), A(0)), d_cell((size_t)cell);
+        std::vector<A> left((size_t)(plan.padded * k), A(0)), rec((size_t)(plan.padded * n), A(0));
+        std::vector<A> d_cell((size_t)cell);
         for (int64_t i = 0; i < cell; ++i) d_cell[(size_t)i] = grad_c_n ? prl::load(grad_c_n[i]) : A(0);
         for (int64_t t = steps - 1; t >= 0; --t) {
             // rec: zeros for the last step, which gets no gradient from a later one
-            if (t + 1 < steps) step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);
+            if (t + 1 < steps)
+                step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);
             const T *grad_t = grad_output + t * cell, *gates_t = gates + t * 3 * cell;
             const T *old_cell = t == 0 ? c0 : cells + (t - 1) * cell;
             T *d_gates_t = d_gates + t * 3 * cell;
@@ -342,7 +345,8 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
             });
         }
         for (int64_t i = 0; i < cell; ++i) d_c0[i] = prl::store<T>(d_cell[(size_t)i]);  // exact: stored values
-        step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);  // d_h0
+        // d_h0 = d_gates[0] @ W_h
+        step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);
         for (int64_t b = 0; b < batch; ++b)
             for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
         return;

@@ -53,7 +53,8 @@ extern "C" PRL_API prl_status prl_round_cpu(const void *x, void *y, int64_t n, i
         using T = typename decltype(tag)::type;
         const T *in = static_cast<const T *>(x);
         T *out = static_cast<T *>(y);
-        prl::run_chunks(n, prl::kGrain, [&](int64_t begin, int64_t end) { round_range(in + begin, out + begin, end - begin); });
+        prl::run_chunks(n, prl::kGrain,
+                        [&](int64_t begin, int64_t end) { round_range(in + begin, out + begin, end - begin); });
         return PRL_SUCCESS;
     });
     PRL_API_END
