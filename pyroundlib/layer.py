@@ -7,7 +7,7 @@ D*S features of layer k - 1 (both directions concatenated), with dropout in betw
 training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k}``,
 ``bias_l{k}`` and ``..._reverse``, each in the cell's layout ([3S, S + input width] and [3S]).
 A PackedSequence runs as runs of steps of equal batch size, one ``lltm_sequence`` each over the
-rows still running (``_packed_forward``, ``_packed_reverse``).
+rows still running (``_packed_forward``, ``_packed_reverse``); a padded batch is one such run.
 """
 from __future__ import annotations
 
@@ -123,24 +123,9 @@ class LLTMLayer(torch.nn.Module):
             state, legacy = tuple(t.unsqueeze(0) for t in state), True
         if state is not None:
             state = self._check_state(state, layers, batch, batched)
-        h_n, c_n = [], []
-        for k in range(self.num_layers):
-            outputs = []
-            for d in range(directions):
-                suffix = f"_l{k}{'_reverse' if d else ''}"
-                weights = getattr(self, f"weights{suffix}")
-                bias = getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)
-                index = k * directions + d
-                start = None if state is None else (state[0][index], state[1][index])
-                seq = x.flip(0) if d else x
-                output, (h, c) = lltm_sequence(seq, weights, bias, start)
-                outputs.append(output.flip(0) if d else output)
-                h_n.append(h)
-                c_n.append(c)
-            x = torch.cat(outputs, dim=2) if directions == 2 else outputs[0]
-            if self.dropout > 0 and self.training and k < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, training=True)
-        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+        steps = x.shape[0]  # a padded batch is one run of `steps` steps of `batch` rows
+        data, h_n, c_n = self._layers(x.reshape(steps * batch, x.shape[2]), [(0, steps, batch, 0)], batch, state)
+        x = data.view(steps, batch, data.shape[1])
         if legacy:
             h_n, c_n = h_n[0], c_n[0]
         if not batched:
@@ -168,30 +153,34 @@ class LLTMLayer(torch.nn.Module):
             state = self._check_state(state, self.num_layers * directions, batch, True)
             if sorted_indices is not None:
                 state = [t.index_select(1, sorted_indices) for t in state]
-        x, h_n, c_n = data, [], []
+        x, h_n, c_n = self._layers(data, runs, batch, state)
+        if unsorted_indices is not None:
+            h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
+        return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
+
+    def _layers(self, x: Tensor, runs, batch: int, state):
+        """Every layer and direction over x, a pack's data [N, features] in runs of (first step,
+        steps, rows, offset); state checked, or None.  -> (output data [N, D*S], h_n, c_n)."""
+        directions = 2 if self.bidirectional else 1
+        h_n, c_n = [], []
         for k in range(self.num_layers):
             outputs = []
             for d in range(directions):
                 suffix = f"_l{k}{'_reverse' if d else ''}"
                 weights = getattr(self, f"weights{suffix}")
                 bias = getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)
-                index = k * directions + d
                 if state is None:
                     h0 = c0 = x.new_zeros(batch, self.state_size)
                 else:
-                    h0, c0 = state[0][index], state[1][index]
-                run = _packed_reverse if d else _packed_forward
-                output, h, c = run(x, runs, weights, bias, h0, c0)
+                    h0, c0 = state[0][k * directions + d], state[1][k * directions + d]
+                output, h, c = (_packed_reverse if d else _packed_forward)(x, runs, weights, bias, h0, c0)
                 outputs.append(output)
                 h_n.append(h)
                 c_n.append(c)
             x = torch.cat(outputs, dim=1) if directions == 2 else outputs[0]
             if self.dropout > 0 and self.training and k < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
-        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
-        if unsorted_indices is not None:
-            h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
-        return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
+        return x, torch.stack(h_n), torch.stack(c_n)
 
     def _check_state(self, state, layers: int, batch: int, batched: bool):
         if not (isinstance(state, (tuple, list)) and len(state) == 2):
@@ -224,8 +213,10 @@ def _packed_forward(x: Tensor, runs, weights: Tensor, bias: Tensor, h: Tensor, c
     for _, steps, rows, offset in runs:
         data = x[offset:offset + steps * rows].view(steps, rows, x.shape[1])
         output, (h_run, c_run) = lltm_sequence(data, weights, bias, (h[:rows], c[:rows]))
-        outputs.append(output.reshape(steps * rows, -1))
-        h, c = torch.cat([h_run, h[rows:]]), torch.cat([c_run, c[rows:]])  # the rows that ended keep theirs
+        outputs.append(output.reshape(steps * rows, output.shape[2]))
+        if rows < h.shape[0]:  # the rows that ended keep theirs
+            h_run, c_run = torch.cat([h_run, h[rows:]]), torch.cat([c_run, c[rows:]])
+        h, c = h_run, c_run
     return torch.cat(outputs), h, c
 
 
@@ -236,7 +227,9 @@ def _packed_reverse(x: Tensor, runs, weights: Tensor, bias: Tensor, h0: Tensor, 
     for i in range(len(runs) - 1, -1, -1):
         _, steps, rows, offset = runs[i]
         data = x[offset:offset + steps * rows].view(steps, rows, x.shape[1]).flip(0)
-        start = (torch.cat([h, h0[h.shape[0]:rows]]), torch.cat([c, c0[c.shape[0]:rows]]))
+        joined = h.shape[0]
+        start = (h0[:rows], c0[:rows]) if joined == 0 else \
+            (torch.cat([h, h0[joined:rows]]), torch.cat([c, c0[joined:rows]]))
         output, (h, c) = lltm_sequence(data, weights, bias, start)
-        outputs[i] = output.flip(0).reshape(steps * rows, -1)
+        outputs[i] = output.flip(0).reshape(steps * rows, output.shape[2])
     return torch.cat(outputs), h, c

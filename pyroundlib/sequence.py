@@ -559,3 +559,11 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
     output, c_n, *_ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
                                    LLTMSequenceFunction)(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)
+
+
+def __getattr__(name):
+    # LLTMLayer lived here until 0.4.0; it is pyroundlib.LLTMLayer (pyroundlib/layer.py)
+    if name == "LLTMLayer":
+        from .layer import LLTMLayer
+        return LLTMLayer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
