@@ -1,5 +1,5 @@
 """A 2-process DistributedDataParallel (NCCL) training run of a small model using LLTM,
-LLTMLayer and RoundSTE; launched by tests/test_distributed.py through torch.distributed.run.
+LLTMLayer (one layer padded; two bidirectional layers over a PackedSequence) and RoundSTE; launched by tests/test_distributed.py through torch.distributed.run.
 
 Each rank takes its half of every (seeded) batch; rank 0 saves the final parameters.
 `python tests/distributed_step.py --single OUT` runs the same steps in one process on the
@@ -20,17 +20,21 @@ class Net(torch.nn.Module):
         super().__init__()
         self.cell = pyroundlib.LLTM(FEATURES, STATE)
         self.layer = pyroundlib.LLTMLayer(FEATURES, STATE)
+        self.stack = pyroundlib.LLTMLayer(FEATURES, STATE, num_layers=2, bidirectional=True)
         self.encode = torch.nn.Linear(STATE, BITS)
         self.binarise = pyroundlib.RoundSTE()
         self.decode = torch.nn.Linear(BITS, CLASSES)
 
-    def forward(self, seq):
+    def forward(self, seq, lengths):
         h = seq.new_zeros(seq.shape[1], STATE)
         c = torch.zeros_like(h)
         for x in seq:
             h, c = self.cell(x, (h, c))
         output, (h_n, c_n) = self.layer(seq)  # the whole sequence as one autograd node
-        return self.decode(self.binarise(torch.sigmoid(self.encode(h + output.mean(0) + h_n * c_n))))
+        packed = torch.nn.utils.rnn.pack_padded_sequence(seq, lengths, enforce_sorted=False)
+        _, (h_s, c_s) = self.stack(packed)  # each sequence at its own length
+        return self.decode(self.binarise(torch.sigmoid(self.encode(h + output.mean(0) + h_n[0] * c_n[0]
+                                                                    + h_s[-1] - c_s[-2]))))
 
 
 def make_model(device):
@@ -43,13 +47,14 @@ def batches(device):
     for _ in range(STEPS):
         seq = torch.randn(TIME, BATCH, FEATURES, generator=gen, dtype=torch.float64)
         labels = torch.randint(0, CLASSES, (BATCH,), generator=gen)
-        yield seq.to(device), labels.to(device)
+        lengths = torch.randint(1, TIME + 1, (BATCH,), generator=gen)  # on the CPU, as packing wants
+        yield seq.to(device), labels.to(device), lengths
 
 
 def train(model, device, shard=slice(None)):
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    for seq, labels in batches(device):
-        loss = torch.nn.functional.cross_entropy(model(seq[:, shard]), labels[shard])
+    for seq, labels, lengths in batches(device):
+        loss = torch.nn.functional.cross_entropy(model(seq[:, shard], lengths[shard]), labels[shard])
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 
 import pyroundlib
+from pyroundlib import sequence
 from pyroundlib.reference import lltm_cell_reference
 
-from conftest import CUDA
+from conftest import CUDA, TOLERANCES, requires_cuda, requires_two_gpus
 
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 T, B, I, S = 5, 3, 4, 6
@@ -276,3 +277,110 @@ def test_export_stacked_both_directions():
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(torch.autograd.grad(sum(g.sum() for g in got), [x, *exported.parameters()]),
                                torch.autograd.grad(sum(w.sum() for w in want), [x, *layer.parameters()]))
+
+
+# ---- CUDA: a second GPU, a side stream, the caller's CUDA graph --------------------------------
+
+def stacked_case(device, dtype=torch.float32, packed=True):
+    """A 2-layer bidirectional layer and its inputs on `device`: (layer, input, state, loss), the
+    input a pack of sequences of lengths 7, 3, 5, 7, 1, 4 (enforce_sorted=False) or padded; loss
+    takes the layer's result to a scalar that weighs every output."""
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
+    x = torch.randn(7, 6, I, device=device, dtype=dtype)
+    state = [torch.randn(4, 6, S, device=device, dtype=dtype) for _ in range(2)]
+    weights = [torch.randn(7, 6, 2 * S, device=device, dtype=dtype)] + [torch.randn_like(state[0]) for _ in range(2)]
+    if packed:
+        x = torch.nn.utils.rnn.pack_padded_sequence(x, [7, 3, 5, 7, 1, 4], enforce_sorted=False)
+
+    def loss(result):
+        output, (h, c) = result
+        if packed:
+            output = torch.nn.utils.rnn.pad_packed_sequence(output, total_length=7)[0]
+        return sum((t.double() * w.double()).sum() for t, w in zip((output, h, c), weights))
+
+    return layer, x, state, loss
+
+
+def check_stacked(layer, x, state, loss, result=None, grads=None):
+    """The layer's loss and parameter gradients (computed now, or given) against the same layer
+    copied to the CPU in float64."""
+    if result is None:
+        value = loss(layer(x, state))
+        grads = torch.autograd.grad(value, list(layer.parameters()))
+    else:
+        value = result
+    ref = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
+    ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
+    cpu_x = x.to("cpu", torch.float64)  # a PackedSequence or a tensor
+    want = loss(ref(cpu_x, [t.detach().cpu().double() for t in state]))
+    want_grads = torch.autograd.grad(want, list(ref.parameters()))
+    for got, ref_value in zip([value, *grads], [want, *want_grads]):
+        got = got.detach().cpu().double()
+        if layer.weights_l0.dtype in (torch.float16, torch.bfloat16):  # rounding of every stored step
+            assert (got - ref_value).norm() <= 0.05 * ref_value.norm() + (0.2 if got.dim() == 0 else 1e-2)
+        else:
+            torch.testing.assert_close(got, ref_value, **TOLERANCES[layer.weights_l0.dtype])
+
+
+@requires_two_gpus
+@pytest.mark.parametrize("route", ["1", "0", "fused"])
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_stacked_on_the_second_gpu(monkeypatch, route, packed):
+    """Every CUDA route of a 2-layer bidirectional layer on cuda:1 while cuda:0 is current, on
+    cuda:1's default stream and on another of its streams, then on cuda:0 and cuda:1 again."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    torch.cuda.set_device(0)
+    for device in ("cuda:1", "cuda:0", "cuda:1"):
+        check_stacked(*stacked_case(device, packed=packed))
+        assert torch.cuda.current_device() == 0
+    stream = torch.cuda.Stream("cuda:1")
+    stream.wait_stream(torch.cuda.current_stream("cuda:1"))
+    with torch.cuda.stream(stream):
+        check_stacked(*stacked_case("cuda:1", packed=packed))
+    assert torch.cuda.current_device() == 0
+
+
+@requires_cuda
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_stacked_on_a_busy_side_stream(packed):
+    layer, x, state, loss = stacked_case("cuda", packed=packed)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1_000_000)  # a launch on another stream would race with it
+        value = loss(layer(x, state))
+        grads = torch.autograd.grad(value, list(layer.parameters()))
+    torch.cuda.current_stream().wait_stream(side)
+    check_stacked(layer, x, state, loss, value, grads)
+
+
+@requires_cuda
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stacked_training_step_in_a_users_cuda_graph(packed, dtype):
+    """A 2-layer bidirectional layer's forward and backward captured into the caller's CUDA
+    graph and replayed on new data in the captured input."""
+    layer, x, state, loss = stacked_case("cuda", dtype, packed)
+    static = x.data if packed else x
+
+    def step():
+        layer.zero_grad(set_to_none=True)  # the captured backward allocates .grad in the graph's pool
+        value = loss(layer(x, state))
+        value.backward()
+        return value
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        value = step()
+    for _ in range(2):
+        static.copy_(torch.randn_like(static))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_stacked(layer, x, state, loss, value, [p.grad for p in layer.parameters()])
