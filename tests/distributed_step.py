@@ -25,7 +25,7 @@ class Net(torch.nn.Module):
         self.binarise = pyroundlib.RoundSTE()
         self.decode = torch.nn.Linear(BITS, CLASSES)
 
-    def forward(self, seq, lengths):
+    def forward(self, seq, lengths):  # lengths: a list (DDP moves tensor arguments to the GPU)
         h = seq.new_zeros(seq.shape[1], STATE)
         c = torch.zeros_like(h)
         for x in seq:
@@ -47,14 +47,14 @@ def batches(device):
     for _ in range(STEPS):
         seq = torch.randn(TIME, BATCH, FEATURES, generator=gen, dtype=torch.float64)
         labels = torch.randint(0, CLASSES, (BATCH,), generator=gen)
-        lengths = torch.randint(1, TIME + 1, (BATCH,), generator=gen)  # on the CPU, as packing wants
+        lengths = torch.randint(1, TIME + 1, (BATCH,), generator=gen)
         yield seq.to(device), labels.to(device), lengths
 
 
 def train(model, device, shard=slice(None)):
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     for seq, labels, lengths in batches(device):
-        loss = torch.nn.functional.cross_entropy(model(seq[:, shard], lengths[shard]), labels[shard])
+        loss = torch.nn.functional.cross_entropy(model(seq[:, shard], lengths[shard].tolist()), labels[shard])
         opt.zero_grad()
         loss.backward()
         opt.step()

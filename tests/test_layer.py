@@ -284,20 +284,23 @@ def test_export_stacked_both_directions():
 def stacked_case(device, dtype=torch.float32, packed=True):
     """A 2-layer bidirectional layer and its inputs on `device`: (layer, input, state, loss), the
     input a pack of sequences of lengths 7, 3, 5, 7, 1, 4 (enforce_sorted=False) or padded; loss
-    takes the layer's result to a scalar that weighs every output."""
+    takes the layer's result (on any device) to a scalar that weighs every output element."""
     torch.manual_seed(0)
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
     x = torch.randn(7, 6, I, device=device, dtype=dtype)
     state = [torch.randn(4, 6, S, device=device, dtype=dtype) for _ in range(2)]
-    weights = [torch.randn(7, 6, 2 * S, device=device, dtype=dtype)] + [torch.randn_like(state[0]) for _ in range(2)]
     if packed:
         x = torch.nn.utils.rnn.pack_padded_sequence(x, [7, 3, 5, 7, 1, 4], enforce_sorted=False)
+    out = (x.data.shape[0],) if packed else (7, 6)
+    weights = [torch.randn(*out, 2 * S, dtype=torch.float64)] + [torch.randn(4, 6, S, dtype=torch.float64)
+                                                                 for _ in range(2)]
+    on_device = [w.to(device) for w in weights]  # no copy from the host while a graph is captured
 
     def loss(result):
         output, (h, c) = result
-        if packed:
-            output = torch.nn.utils.rnn.pad_packed_sequence(output, total_length=7)[0]
-        return sum((t.double() * w.double()).sum() for t, w in zip((output, h, c), weights))
+        output = output.data if packed else output  # the pack's rows, as nn.LSTM's are
+        ws = on_device if output.device == on_device[0].device else weights
+        return sum((t.double() * w).sum() for t, w in zip((output, h, c), ws))
 
     return layer, x, state, loss
 
