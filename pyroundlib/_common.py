@@ -237,25 +237,25 @@ class Kernel:
     among which it splits the work.  A non-zero
     status raises.  The CPU call releases the GIL while the kernel computes; the CUDA
     call, which only enqueues a launch, keeps it (``Library.entry``).  ``cpu=False``: an
-    op with a CUDA entry point only.
+    op with a CUDA entry point only; ``cuda=False``: with a CPU one only.
     """
 
-    __slots__ = ("name", "has_cpu", "_lib", "_cpu", "_cuda")
+    __slots__ = ("name", "has_cpu", "has_cuda", "_lib", "_cpu", "_cuda")
 
-    def __init__(self, name: str, cpu: bool = True):
-        self.name, self.has_cpu = name, cpu
+    def __init__(self, name: str, cpu: bool = True, cuda: bool = True):
+        self.name, self.has_cpu, self.has_cuda = name, cpu, cuda
         self._lib = self._cpu = self._cuda = None
 
     def _bind(self):
         lib = _ffi.library()
         self._cpu = lib.entry(f"prl_{self.name}_cpu") if self.has_cpu else None
-        self._cuda = lib.entry(f"prl_{self.name}_cuda", keep_gil=True)
+        self._cuda = lib.entry(f"prl_{self.name}_cuda", keep_gil=True) if self.has_cuda else None
         self._lib = lib
 
     def __call__(self, t: torch.Tensor, *args) -> None:
         if self._lib is None:
             self._bind()
-        if t.is_cuda:
+        if t.is_cuda and self._cuda is not None:
             index = t.get_device()
             status = self._cuda(*args, index, current_stream_handle(index))  # see pick_stream_query
         elif t.is_cpu and self._cpu is not None:

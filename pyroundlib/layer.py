@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
+from ._packed import Pack, packed_direction
 from .sequence import lltm_sequence
 
 
@@ -153,14 +154,16 @@ class LLTMLayer(torch.nn.Module):
             state = self._check_state(state, self.num_layers * directions, batch, True)
             if sorted_indices is not None:
                 state = [t.index_select(1, sorted_indices) for t in state]
-        x, h_n, c_n = self._layers(data, runs, batch, state)
+        pack = Pack(batch_sizes) if data.is_cpu else None  # the library's packed loop (CPU)
+        x, h_n, c_n = self._layers(data, runs, batch, state, pack)
         if unsorted_indices is not None:
             h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
         return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
 
-    def _layers(self, x: Tensor, runs, batch: int, state):
+    def _layers(self, x: Tensor, runs, batch: int, state, pack: Optional[Pack] = None):
         """Every layer and direction over x, a pack's data [N, features] in runs of (first step,
-        steps, rows, offset); state checked, or None.  -> (output data [N, D*S], h_n, c_n)."""
+        steps, rows, offset); state checked, or None; pack: the same as a Pack, for the library's
+        packed loop (CPU).  -> (output data [N, D*S], h_n, c_n)."""
         directions = 2 if self.bidirectional else 1
         h_n, c_n = [], []
         for k in range(self.num_layers):
@@ -173,7 +176,10 @@ class LLTMLayer(torch.nn.Module):
                     h0 = c0 = x.new_zeros(batch, self.state_size)
                 else:
                     h0, c0 = state[0][k * directions + d], state[1][k * directions + d]
-                output, h, c = (_packed_reverse if d else _packed_forward)(x, runs, weights, bias, h0, c0)
+                if pack is not None:
+                    output, h, c = packed_direction(x, pack, weights, bias, h0, c0, reverse=bool(d))
+                else:
+                    output, h, c = (_packed_reverse if d else _packed_forward)(x, runs, weights, bias, h0, c0)
                 outputs.append(output)
                 h_n.append(h)
                 c_n.append(c)

@@ -54,6 +54,20 @@ def reference(layer, input, state=None):
     return (x.transpose(0, 1) if layer.batch_first else x), (h_n, c_n)
 
 
+def packed_reference(layer, x, lengths, state=None):
+    """What `layer` gives for a pack of x [T, B, I] at `lengths`: (output padded with zeros,
+    (h_n, c_n)), each sequence run alone at its own length by ``reference``."""
+    directions = 2 if layer.bidirectional else 1
+    output = torch.zeros(*x.shape[:2], directions * layer.state_size, dtype=x.dtype, device=x.device)
+    h_n, c_n = [], []
+    for i, n in enumerate(lengths):
+        o, (h, c) = reference(layer, x[:n, i:i + 1], None if state is None else [t[:, i:i + 1] for t in state])
+        output = output.index_put((torch.arange(n, device=x.device), torch.tensor([i], device=x.device)), o[:, 0])
+        h_n.append(h)
+        c_n.append(c)
+    return output, torch.cat(h_n, dim=1), torch.cat(c_n, dim=1)
+
+
 def flat(result):
     output, (h, c) = result
     return [output, h, c]
@@ -154,13 +168,7 @@ def test_packed_sequences_each_at_its_own_length(device, num_layers, bidirection
                          dtype=torch.float64)
     lstm_out, (lstm_h, _) = lstm(packed, state)
     assert output.data.shape == lstm_out.data.shape and h.shape == c.shape == lstm_h.shape
-    want_out, want_h, want_c = torch.zeros_like(padded), [], []
-    for i, n in enumerate(lengths):
-        o, (hi, ci) = reference(layer, x[:n, i:i + 1], [t[:, i:i + 1] for t in state])
-        want_out[:n, i] = o[:, 0]
-        want_h.append(hi)
-        want_c.append(ci)
-    want_h, want_c = torch.cat(want_h, dim=1), torch.cat(want_c, dim=1)
+    want_out, want_h, want_c = packed_reference(layer, x, lengths, state)
     torch.testing.assert_close((padded, h, c), (want_out, want_h, want_c))
     inputs = [x, *layer.parameters(), *state]
     weights = [torch.randn_like(t) for t in (padded, h, c)]
@@ -193,6 +201,27 @@ def test_gradcheck_two_layers_both_directions():
 
     assert torch.autograd.gradcheck(fn, (x, h0, c0, *params))
     assert torch.autograd.gradgradcheck(fn, (x, h0, c0, *params))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck_packed_two_layers_both_directions(device):
+    """First and second derivatives through a pack (the CPU's packed loop, CUDA's runs)."""
+    layer = pyroundlib.LLTMLayer(3, 4, num_layers=2, bidirectional=True, device=device, dtype=torch.float64)
+    x = torch.randn(4, 3, 3, device=device, dtype=torch.float64)
+    lengths = [2, 4, 1]
+    data = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False).data.requires_grad_()
+    pack = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+    h0, c0 = (torch.randn(4, 3, 4, device=device, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    names = [n for n, _ in layer.named_parameters()]
+
+    def fn(data, h0, c0, *ps):
+        with torch.nn.utils.stateless._reparametrize_module(layer, dict(zip(names, ps))):
+            output, (h, c) = layer(torch.nn.utils.rnn.PackedSequence(data, *pack[1:]), (h0, c0))
+            return output.data, h, c
+
+    inputs = (data, h0, c0, *layer.parameters())
+    assert torch.autograd.gradcheck(fn, inputs)
+    assert torch.autograd.gradgradcheck(fn, inputs)
 
 
 def test_bad_state_names_the_expected_shape():

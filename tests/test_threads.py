@@ -377,3 +377,48 @@ def test_set_cpu_threads_checks_its_argument():
     lib = _ffi.library()
     with pytest.raises(pyroundlib.InvalidArgumentError, match="'threads' must be >= 1, got 0"):
         lib.prl_set_cpu_threads(0)
+
+
+def packed_layer_results(batch, state, dtype):
+    """A 2-layer bidirectional LLTMLayer over a pack of `batch` sequences of lengths 1-9
+    (unsorted): [output data, h_n, c_n, and the gradients of the input and every parameter],
+    and the layer, input and lengths."""
+    gen = torch.Generator().manual_seed(batch * 1000 + state)
+    layer = pyroundlib.LLTMLayer(5, state, num_layers=2, bidirectional=True, dtype=dtype)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.rand(p.shape, generator=gen) * 2 / state ** 0.5 - 1 / state ** 0.5)
+    lengths = torch.randint(1, 10, (batch,), generator=gen)
+    lengths[batch // 2] = 9
+    x = torch.randn(9, batch, 5, generator=gen).to(dtype).requires_grad_()
+    output, (h, c) = layer(torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False))
+    weights = [torch.randn(t.shape, generator=gen).to(dtype) for t in (output.data, h, c)]
+    grads = torch.autograd.grad([output.data, h, c], [x, *layer.parameters()], weights)
+    return [output.data, h, c, *grads], layer, x, lengths
+
+
+@pytest.mark.parametrize("split", list(SPLITS))
+def test_packed_loop_split_among_threads(cpu_threads, split):
+    """A pack through the library's packed loop (each step the rows still running): right
+    against each sequence run alone by the float64 reference, and bit for bit the same at any
+    thread count, split by rows, step by step by columns, or with torch's BLAS."""
+    from test_layer import packed_reference
+    lib = _ffi.library()
+    batch, state, own = SPLITS[split]
+    gemm = (None, None) if own else _threads.blas_gemm(any_cpu=True)
+    if not own and not gemm[0]:
+        pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")
+    lib.prl_set_cpu_gemm(*gemm)  # the fixture hands back what pyroundlib gave
+    for threads in (1, 3):
+        cpu_threads(threads)
+        got, layer, x, lengths = packed_layer_results(batch, state, torch.float64)
+        output, h, c = packed_reference(layer, x, lengths.tolist())
+        packed = torch.nn.utils.rnn.pack_padded_sequence(output, lengths, enforce_sorted=False)
+        torch.testing.assert_close(got[:3], [packed.data, h, c])
+    for dtype in (torch.float32, torch.bfloat16):
+        cpu_threads(1)
+        alone = packed_layer_results(batch, state, dtype)[0]
+        for threads in (2, 5, 16):
+            cpu_threads(threads)
+            for k, (a, b) in enumerate(zip(alone, packed_layer_results(batch, state, dtype)[0])):
+                assert torch.equal(a, b), (dtype, threads, k)

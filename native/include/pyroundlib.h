@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 7
+#define PRL_ABI_VERSION 8
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -221,6 +221,26 @@ PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_output, const
                                                   const void *c0, const void *cells,
                                                   void *d_gates, void *d_h0, void *d_c0,
                                                   int64_t steps, int64_t batch, int64_t state, int dtype);
+/* prl_lltm_sequence_packed_forward_cpu / _backward_cpu: the same over a packed batch of
+ *   sequences of different lengths (a PackedSequence's data), each run exactly its own steps.
+ *   batch_sizes [T] (host memory): step t has the first batch_sizes[t] rows of the batch
+ *   (sequences sorted longest first: batch_sizes[0] = batch, never growing, each >= 1; NULL:
+ *   all `batch` rows every step, the functions above); the step-major buffers (gates,
+ *   output, cells, grad_output, d_gates) hold step t's rows after those of steps 0..t-1,
+ *   sum(batch_sizes) rows in all.  A row's new_cell at its own last step is its c_n (written
+ *   there); backward, grad_c_n of a row enters at its own last step, which gets no gradient
+ *   from a later one.  h0, c0, d_h0, d_c0 [batch, state] as above. */
+PRL_API prl_status prl_lltm_sequence_packed_forward_cpu(void *gates, const void *w_h, int64_t ldw,
+                                                        const void *h0, const void *c0,
+                                                        void *output, void *cells, void *c_n,
+                                                        const int64_t *batch_sizes, int64_t steps,
+                                                        int64_t batch, int64_t state, int dtype);
+PRL_API prl_status prl_lltm_sequence_packed_backward_cpu(const void *grad_output, const void *grad_c_n,
+                                                         const void *gates, const void *w_h, int64_t ldw,
+                                                         const void *c0, const void *cells,
+                                                         void *d_gates, void *d_h0, void *d_c0,
+                                                         const int64_t *batch_sizes, int64_t steps,
+                                                         int64_t batch, int64_t state, int dtype);
 PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
                                                   const void *h0, const void *c0,
                                                   void *output, void *cells, void *c_n,

@@ -22,6 +22,14 @@
 // Each element is computed by the same tile code in the same order however the work is
 // split, so every result is bit for bit the same at any thread count (with a BLAS, as far as
 // its own results are: MKL's are).
+//
+// A packed batch (prl_lltm_sequence_packed_*_cpu: a PackedSequence's data, sequences sorted
+// longest first) runs the same loops over `Rows`: step t's rows are the first sizes[t] of
+// the batch, stored after those of the steps before it, and every row runs exactly its own
+// steps.  A row's state carries from step to step as in a padded batch (row b of a step
+// reads row b of the step before, which a sorted pack always has); the rows that end at a
+// step leave their last new_cell in c_n, and a row enters the backward at its own last
+// step, with its grad_c_n and no gradient from a later step.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -229,20 +237,43 @@ struct Plan {
     }
 };
 
-// One step's product, step by step: c[:batch] = left[:batch] @ W, by the BLAS where the plan
+// One step's product, step by step: c[:rows] = left[:rows] @ W, by the BLAS where the plan
 // has one (w_blas, ld_blas, transposed: as Blas::product's b), else split by column panels
-// among the threads (panels).
+// among the threads (panels), over the whole tiles that hold the rows.
 template <typename A>
 void step_product(const Plan &plan, const prl::Blas<A> &blas, const A *left, int64_t k, int64_t cols,
                   const A *panels, const A *w_blas, int64_t ld_blas, bool transposed, A *c, int64_t ldc,
-                  int64_t batch) {
-    if (plan.blas) return blas.product(left, k, w_blas, ld_blas, transposed, c, ldc, batch, cols, k);
+                  int64_t rows) {
+    if (plan.blas) return blas.product(left, k, w_blas, ld_blas, transposed, c, ldc, rows, cols, k);
     prl::run_parts(plan.step_parts, [&](int64_t p) {
         int64_t begin, end;
         plan.columns(p, kCols<A>, begin, end);
-        product(plan.rows_per_tile, left, k, panels, c, ldc, 0, plan.padded, begin, end);
+        product(plan.rows_per_tile, left, k, panels, c, ldc, 0, round_up(rows, plan.rows_per_tile), begin, end);
     });
 }
+
+// The rows of each step: all `batch` of them (sizes NULL), or the first sizes[t] (a packed
+// batch: sizes[0] = batch, never growing).  Step t's rows start at row first(t) of the
+// step-major buffers.
+class Rows {
+  public:
+    Rows(const int64_t *sizes, int64_t steps, int64_t batch) : sizes_(sizes), batch_(batch) {
+        if (sizes == nullptr) return;
+        first_.resize((size_t)steps + 1, 0);
+        for (int64_t t = 0; t < steps; ++t) first_[(size_t)t + 1] = first_[(size_t)t] + sizes[t];
+    }
+    int64_t at(int64_t t) const { return sizes_ ? sizes_[t] : batch_; }
+    int64_t first(int64_t t) const { return sizes_ ? first_[(size_t)t] : t * batch_; }
+    // of the rows [from, from + count): how many step t has (0 <= result <= count)
+    int64_t in(int64_t t, int64_t from, int64_t count) const {
+        return std::min(count, std::max<int64_t>(0, at(t) - from));
+    }
+
+  private:
+    const int64_t *sizes_;
+    int64_t batch_;
+    std::vector<int64_t> first_;
+};
 
 // W_h [3S, S] (row stride ldw) in the arithmetic type A for the BLAS: as it is where T is A,
 // else a copy (row stride S).  Returns the matrix and sets ld to its row stride.
@@ -264,7 +295,7 @@ int64_t cell_rows(int64_t state) { return std::max<int64_t>(1, prl::kGrain / (3 
 
 template <typename T>
 void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *output, T *cells, T *c_n,
-             int64_t steps, int64_t batch, int64_t state) {
+             int64_t steps, int64_t batch, int64_t state, const Rows &rows) {
     using A = prl::acc_t<T>;
     const int64_t width = 3 * state, n = round_up(width, kCols<A>), cell = batch * state;
     const prl::Blas<A> blas = prl::blas<A>();
@@ -279,43 +310,47 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
         std::vector<A> left((size_t)(plan.padded * state), A(0)), rec((size_t)(plan.padded * n));
         to_arithmetic(h0, cell, left.data());
         for (int64_t t = 0; t < steps; ++t) {
-            step_product(plan, blas, left.data(), state, width, w.data(), w_blas, ld_blas, true, rec.data(), n, batch);
-            T *gates_t = gates + t * 3 * cell, *h_t = output + t * cell, *c_t = cells + t * cell;
-            const T *old_cell = t == 0 ? c0 : cells + (t - 1) * cell;
-            prl::run_chunks(batch, cell_rows(state), [&](int64_t first, int64_t last) {
+            const int64_t now = rows.at(t), next = t + 1 < steps ? rows.at(t + 1) : 0;
+            step_product(plan, blas, left.data(), state, width, w.data(), w_blas, ld_blas, true, rec.data(), n, now);
+            T *gates_t = gates + rows.first(t) * width, *h_t = output + rows.first(t) * state;
+            T *c_t = cells + rows.first(t) * state;
+            const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
+            prl::run_chunks(now, cell_rows(state), [&](int64_t first, int64_t last) {
                 forward_cells<T, A>(last - first, state, gates_t + first * width, rec.data() + first * n, n,
                                     old_cell + first * state, h_t + first * state, c_t + first * state);
                 to_arithmetic(h_t + first * state, (last - first) * state, left.data() + first * state);
             });
+            if (c_n != nullptr) std::copy(c_t + next * state, c_t + now * state, c_n + next * state);  // rows that end
         }
-        if (c_n != nullptr) std::copy(cells + (steps - 1) * cell, cells + steps * cell, c_n);
         return;
     }
-    const int64_t rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
-    const int64_t scratch_per_part = rows * (state + n);  // left, then rec
+    const int64_t part_rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
+    const int64_t scratch_per_part = part_rows * (state + n);  // left, then rec
     std::vector<A> scratch((size_t)(plan.whole_parts * scratch_per_part), A(0));
     prl::run_parts(plan.whole_parts, [&](int64_t p) {
         int64_t first, count;
         plan.rows(p, batch, first, count);
-        A *left = scratch.data() + p * scratch_per_part, *rec = left + rows * state;
-        const int64_t padded = round_up(count, plan.rows_per_tile), at = first * state;
-        for (int64_t t = 0; t < steps; ++t) {  // rows of left past `count` stay zero
-            to_arithmetic((t == 0 ? h0 : output + (t - 1) * cell) + at, count * state, left);
-            product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, padded, 0, n);
-            forward_cells<T, A>(count, state, gates + t * 3 * cell + 3 * at, rec, n,
-                                (t == 0 ? c0 : cells + (t - 1) * cell) + at, output + t * cell + at,
-                                cells + t * cell + at);
-        }
-        if (c_n != nullptr) {
-            const T *last = cells + (steps - 1) * cell + at;
-            std::copy(last, last + count * state, c_n + at);
+        A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * state;
+        const int64_t at = first * state;
+        // rows of left past those a step has: zeros, or a longer step's (products not read)
+        for (int64_t t = 0; t < steps; ++t) {
+            const int64_t now = rows.in(t, first, count), next = t + 1 < steps ? rows.in(t + 1, first, count) : 0;
+            if (now == 0) break;  // this part's rows have all ended
+            to_arithmetic((t == 0 ? h0 : output + rows.first(t - 1) * state) + at, now * state, left);
+            product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, round_up(now, plan.rows_per_tile), 0, n);
+            T *c_t = cells + rows.first(t) * state + at;
+            forward_cells<T, A>(now, state, gates + rows.first(t) * width + 3 * at, rec, n,
+                                (t == 0 ? c0 : cells + rows.first(t - 1) * state) + at,
+                                output + rows.first(t) * state + at, c_t);
+            if (c_n != nullptr) std::copy(c_t + next * state, c_t + now * state, c_n + at + next * state);
         }
     });
 }
 
 template <typename T>
 void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *w_h, int64_t ldw, const T *c0,
-              const T *cells, T *d_gates, T *d_h0, T *d_c0, int64_t steps, int64_t batch, int64_t state) {
+              const T *cells, T *d_gates, T *d_h0, T *d_c0, int64_t steps, int64_t batch, int64_t state,
+              const Rows &rows) {
     using A = prl::acc_t<T>;
     const int64_t n = round_up(state, kCols<A>), cell = batch * state, k = 3 * state;
     const prl::Blas<A> blas = prl::blas<A>();
@@ -326,18 +361,22 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
     if (!plan.blas)
         w = pack_panels<A>(k, state, n, false, [&](int64_t g, int64_t j) { return prl::load(w_h[g * ldw + j]); });
     if (plan.whole_parts == 0) {
-        // step by step: left holds d_gates[t + 1] (rows past the batch zero), the cells write the next one
+        // step by step: left holds d_gates[t + 1] (rows past it zero: in a packed batch a row
+        // enters at its own last step, with no gradient from a later one), the cells write
+        // the next one
         std::vector<A> left((size_t)(plan.padded * k), A(0)), rec((size_t)(plan.padded * n), A(0));
         std::vector<A> d_cell((size_t)cell);
         for (int64_t i = 0; i < cell; ++i) d_cell[(size_t)i] = grad_c_n ? prl::load(grad_c_n[i]) : A(0);
         for (int64_t t = steps - 1; t >= 0; --t) {
-            // rec: zeros for the last step, which gets no gradient from a later one
+            // rec: zeros for the last step, which gets no gradient from a later one, and for
+            // rows past those of step t + 1 (never written)
             if (t + 1 < steps)
-                step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);
-            const T *grad_t = grad_output + t * cell, *gates_t = gates + t * 3 * cell;
-            const T *old_cell = t == 0 ? c0 : cells + (t - 1) * cell;
-            T *d_gates_t = d_gates + t * 3 * cell;
-            prl::run_chunks(batch, cell_rows(state), [&](int64_t first, int64_t last) {
+                step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n,
+                             rows.at(t + 1));
+            const T *grad_t = grad_output + rows.first(t) * state, *gates_t = gates + rows.first(t) * k;
+            const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
+            T *d_gates_t = d_gates + rows.first(t) * k;
+            prl::run_chunks(rows.at(t), cell_rows(state), [&](int64_t first, int64_t last) {
                 backward_cells<T, A>(last - first, state, grad_t + first * state, rec.data() + first * n, n,
                                      gates_t + first * k, old_cell + first * state, d_cell.data() + first * state,
                                      d_gates_t + first * k);
@@ -351,24 +390,29 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
             for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
         return;
     }
-    const int64_t rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
-    const int64_t scratch_per_part = rows * (k + n + state);  // left, rec, d_cell
+    const int64_t part_rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
+    const int64_t scratch_per_part = part_rows * (k + n + state);  // left, rec, d_cell
     std::vector<A> scratch((size_t)(plan.whole_parts * scratch_per_part), A(0));
     prl::run_parts(plan.whole_parts, [&](int64_t p) {
         int64_t first, count;
         plan.rows(p, batch, first, count);
-        A *left = scratch.data() + p * scratch_per_part, *rec = left + rows * k, *d_cell = rec + rows * n;
+        A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * k, *d_cell = rec + part_rows * n;
         const int64_t padded = round_up(count, plan.rows_per_tile), at = first * state;
-        // rec starts zero: the last step gets no gradient from a later one; rows of left
-        // past `count` stay zero
+        // rec starts zero: the last step gets no gradient from a later one; left's rows past
+        // step t + 1's are zero, never written (a packed batch's rows enter at their own last
+        // step, with no gradient from a later one)
         for (int64_t i = 0; i < count * state; ++i) d_cell[i] = grad_c_n ? prl::load(grad_c_n[at + i]) : A(0);
         for (int64_t t = steps - 1; t >= 0; --t) {
+            const int64_t now = rows.in(t, first, count);
+            if (now == 0) continue;  // this part's rows have not started yet
             if (t + 1 < steps) {
-                to_arithmetic(d_gates + (t + 1) * 3 * cell + 3 * at, count * k, left);
-                product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, padded, 0, n);
+                to_arithmetic(d_gates + rows.first(t + 1) * k + 3 * at, rows.in(t + 1, first, count) * k, left);
+                product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, round_up(now, plan.rows_per_tile), 0, n);
             }
-            backward_cells<T, A>(count, state, grad_output + t * cell + at, rec, n, gates + t * 3 * cell + 3 * at,
-                                 (t == 0 ? c0 : cells + (t - 1) * cell) + at, d_cell, d_gates + t * 3 * cell + 3 * at);
+            backward_cells<T, A>(now, state, grad_output + rows.first(t) * state + at, rec, n,
+                                 gates + rows.first(t) * k + 3 * at,
+                                 (t == 0 ? c0 : cells + rows.first(t - 1) * state) + at, d_cell,
+                                 d_gates + rows.first(t) * k + 3 * at);
         }
         // exact: d_cell holds stored values
         for (int64_t i = 0; i < count * state; ++i) d_c0[at + i] = prl::store<T>(d_cell[i]);
@@ -385,19 +429,8 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
 extern "C" PRL_API prl_status prl_lltm_sequence_forward_cpu(void *gates, const void *w_h, int64_t ldw, const void *h0,
                                                             const void *c0, void *output, void *cells, void *c_n,
                                                             int64_t steps, int64_t batch, int64_t state, int dtype) {
-    PRL_API_BEGIN
-    const char *fn = __func__;
-    PRL_TRY(prl::check_sequence_forward_args(fn, gates, w_h, ldw, h0, c0, output, cells, steps, batch, state));
-    const int64_t all = steps * batch * state;
-    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (all == 0) return PRL_SUCCESS;
-        forward<T>(static_cast<T *>(gates), static_cast<const T *>(w_h), ldw, static_cast<const T *>(h0),
-                   static_cast<const T *>(c0), static_cast<T *>(output), static_cast<T *>(cells),
-                   static_cast<T *>(c_n), steps, batch, state);
-        return PRL_SUCCESS;
-    });
-    PRL_API_END
+    return prl_lltm_sequence_packed_forward_cpu(gates, w_h, ldw, h0, c0, output, cells, c_n, nullptr, steps, batch,
+                                                state, dtype);
 }
 
 extern "C" PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_output, const void *grad_c_n,
@@ -405,18 +438,70 @@ extern "C" PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_ou
                                                              const void *c0, const void *cells, void *d_gates,
                                                              void *d_h0, void *d_c0, int64_t steps, int64_t batch,
                                                              int64_t state, int dtype) {
+    return prl_lltm_sequence_packed_backward_cpu(grad_output, grad_c_n, gates, w_h, ldw, c0, cells, d_gates, d_h0,
+                                                 d_c0, nullptr, steps, batch, state, dtype);
+}
+
+namespace {
+// A packed batch's sizes: NULL (every step all `batch` rows), or sizes[0] = batch and each
+// size in [1, the size before].  *rows: how many rows the step-major buffers hold.
+prl_status check_batch_sizes(const char *fn, const int64_t *sizes, int64_t steps, int64_t batch, int64_t *rows) {
+    *rows = steps * batch;
+    if (sizes == nullptr || steps == 0) return PRL_SUCCESS;
+    if (sizes[0] != batch)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'batch_sizes' must start with batch (%lld), got "
+                         "%lld", fn, (long long)batch, (long long)sizes[0]);
+    for (int64_t t = 1; t < steps; ++t)
+        if (sizes[t] < 1 || sizes[t] > sizes[t - 1])
+            return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'batch_sizes' must not grow and stay >= 1 "
+                             "(a sorted pack's), got %lld after %lld at step %lld", fn, (long long)sizes[t],
+                             (long long)sizes[t - 1], (long long)t);
+    *rows = 0;
+    for (int64_t t = 0; t < steps; ++t) *rows += sizes[t];
+    return PRL_SUCCESS;
+}
+}  // namespace
+
+extern "C" PRL_API prl_status prl_lltm_sequence_packed_forward_cpu(void *gates, const void *w_h, int64_t ldw,
+                                                                   const void *h0, const void *c0, void *output,
+                                                                   void *cells, void *c_n,
+                                                                   const int64_t *batch_sizes, int64_t steps,
+                                                                   int64_t batch, int64_t state, int dtype) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(prl::check_sequence_forward_args(fn, gates, w_h, ldw, h0, c0, output, cells, steps, batch, state));
+    int64_t all_rows = 0;
+    PRL_TRY(check_batch_sizes(fn, batch_sizes, steps, batch, &all_rows));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (all_rows * state == 0) return PRL_SUCCESS;
+        forward<T>(static_cast<T *>(gates), static_cast<const T *>(w_h), ldw, static_cast<const T *>(h0),
+                   static_cast<const T *>(c0), static_cast<T *>(output), static_cast<T *>(cells),
+                   static_cast<T *>(c_n), steps, batch, state, Rows(batch_sizes, steps, batch));
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_packed_backward_cpu(const void *grad_output, const void *grad_c_n,
+                                                                    const void *gates, const void *w_h, int64_t ldw,
+                                                                    const void *c0, const void *cells, void *d_gates,
+                                                                    void *d_h0, void *d_c0,
+                                                                    const int64_t *batch_sizes, int64_t steps,
+                                                                    int64_t batch, int64_t state, int dtype) {
     PRL_API_BEGIN
     const char *fn = __func__;
     PRL_TRY(prl::check_sequence_backward_args(fn, grad_output, gates, w_h, ldw, c0, cells, d_gates, d_h0, d_c0, steps,
                                               batch, state));
-    const int64_t all = steps * batch * state;
+    int64_t all_rows = 0;
+    PRL_TRY(check_batch_sizes(fn, batch_sizes, steps, batch, &all_rows));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (all == 0) return PRL_SUCCESS;
+        if (all_rows * state == 0) return PRL_SUCCESS;
         backward<T>(static_cast<const T *>(grad_output), static_cast<const T *>(grad_c_n),
                     static_cast<const T *>(gates), static_cast<const T *>(w_h), ldw, static_cast<const T *>(c0),
                     static_cast<const T *>(cells), static_cast<T *>(d_gates), static_cast<T *>(d_h0),
-                    static_cast<T *>(d_c0), steps, batch, state);
+                    static_cast<T *>(d_c0), steps, batch, state, Rows(batch_sizes, steps, batch));
         return PRL_SUCCESS;
     });
     PRL_API_END

@@ -1,0 +1,108 @@
+"""The LLTM over a packed batch on the CPU: each direction of a layer in one library call,
+every sequence run exactly its own steps (prl_lltm_sequence_packed_forward_cpu / _backward_cpu).
+
+A ``PackedSequence``'s data hold step t's rows after those of the steps before it, its
+sequences sorted longest first, so step t has the first ``batch_sizes[t]`` rows of the batch.
+The library's sequence loop takes those sizes and computes no padding; ``Pack`` holds what
+every layer and direction of one call shares: the sizes, where each sequence's last step is,
+and the permutation that runs each sequence backwards in time (the reverse direction is the
+forward direction over the sequences reversed, each within its own length, so it too starts
+each sequence at its own last step).
+
+``PackedLLTMFunction``: one direction as one autograd node.  The input half of every step is
+one GEMM over all rows, the recurrence one library call; backward, the reverse recurrence one
+call and the input, weight and bias gradients three products over all rows.  When a graph of
+the gradient is being built (double backward), the backward differentiates the same
+recurrence written in torch ops (``_differentiable``) instead.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._common import DTYPE_CODES, Kernel, autocast_cast, ptr
+from .lltm import _pointwise_differentiable
+
+_forward_kernel = Kernel("lltm_sequence_packed_forward", cuda=False)
+_backward_kernel = Kernel("lltm_sequence_packed_backward", cuda=False)
+
+
+class Pack:
+    """A sorted pack's step sizes and the row indices of its data that its layers share."""
+
+    def __init__(self, batch_sizes: Tensor):
+        self.sizes = batch_sizes.to(torch.int64).contiguous()  # a host array the library reads
+        self.steps, self.batch = len(self.sizes), int(self.sizes[0]) if len(self.sizes) else 0
+        first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
+        step = torch.repeat_interleave(torch.arange(self.steps), self.sizes)  # of each row
+        seq = torch.arange(len(step)) - first[step]  # the sequence each row belongs to
+        lengths = (self.sizes.unsqueeze(0) > torch.arange(self.batch).unsqueeze(1)).sum(1)
+        self.last = first[lengths - 1] + torch.arange(self.batch)  # each sequence's last row
+        self.reverse = first[lengths[seq] - 1 - step] + seq  # row (t, b) <-> row (length_b - 1 - t, b)
+        # the row of h_{t-1} in cat([h0, data rows]): h0's for t = 0
+        self.previous = torch.where(step == 0, seq, self.batch + first[(step - 1).clamp(min=0)] + seq)
+
+
+def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor,
+                     reverse: bool):
+    """One direction over a pack's data [N, I]: (output [N, S], h_n, c_n [B, S])."""
+    if reverse:
+        data = data.index_select(0, pack.reverse)
+    data, weights, bias, h0, c0 = autocast_cast((data, weights, bias, h0, c0))
+    output, h_n, c_n = PackedLLTMFunction.apply(data, weights, bias, h0, c0, pack)
+    return (output.index_select(0, pack.reverse) if reverse else output), h_n, c_n
+
+
+class PackedLLTMFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, data, weights, bias, h0, c0, pack):
+        data, weights, bias, h0, c0 = (t.contiguous() for t in (data, weights, bias, h0, c0))
+        state, features = h0.shape[1], data.shape[1]
+        gates = F.linear(data, weights[:, state:], bias)  # the input half of every row
+        output, cells, c_n = data.new_empty(len(data), state), data.new_empty(len(data), state), torch.empty_like(c0)
+        _forward_kernel(data, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(), c0.data_ptr(),
+                        output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), pack.sizes.data_ptr(), pack.steps,
+                        pack.batch, state, DTYPE_CODES[data.dtype])
+        ctx.save_for_backward(data, weights, bias, h0, c0, output, cells, gates)
+        ctx.pack = pack
+        return output, output.index_select(0, pack.last), c_n
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_h_n, grad_c_n):
+        data, weights, bias, h0, c0, output, cells, gates = ctx.saved_tensors
+        pack = ctx.pack
+        if torch.is_grad_enabled():  # double backward: differentiate the recurrence in torch ops
+            return _differentiable_backward(ctx, (data, weights, bias, h0, c0), (grad_output, grad_h_n, grad_c_n))
+        state = h0.shape[1]
+        grad_output = torch.zeros_like(output) if grad_output is None else grad_output.contiguous()
+        if grad_h_n is not None:  # h_n is each sequence's output row at its last step
+            grad_output = grad_output.index_add(0, pack.last, grad_h_n)
+        d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
+        _backward_kernel(data, grad_output.data_ptr(), ptr(None if grad_c_n is None else grad_c_n.contiguous()),
+                         gates.data_ptr(), weights.data_ptr(), weights.shape[1], c0.data_ptr(), cells.data_ptr(),
+                         d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.sizes.data_ptr(), pack.steps,
+                         pack.batch, state, DTYPE_CODES[data.dtype])
+        d_data = d_gates @ weights[:, state:]
+        inputs = torch.cat([torch.cat([h0, output]).index_select(0, pack.previous), data], dim=1)
+        return d_data, d_gates.t() @ inputs, d_gates.sum(0), d_h0, d_c0, None
+
+
+def _differentiable(data, weights, bias, h0, c0, pack: Pack):
+    """PackedLLTMFunction's results in torch ops, step by step over the pack's rows."""
+    outputs, h, c, row = [], h0, c0, 0
+    for rows in pack.sizes.tolist():
+        g = F.linear(torch.cat([h[:rows], data[row:row + rows]], dim=1), weights, bias)
+        new_h, new_c = _pointwise_differentiable(g, c[:rows])
+        outputs.append(new_h)
+        h, c, row = torch.cat([new_h, h[rows:]]), torch.cat([new_c, c[rows:]]), row + rows
+    return torch.cat(outputs), h, c
+
+
+def _differentiable_backward(ctx, inputs, grads):
+    wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
+    results = _differentiable(*inputs, ctx.pack)
+    pairs = [(r, g) for r, g in zip(results, grads) if g is not None]
+    got = iter(torch.autograd.grad([r for r, _ in pairs], wanted, [g for _, g in pairs], create_graph=True,
+                                   allow_unused=True) if wanted else ())
+    return (*(next(got) if need else None for need in ctx.needs_input_grad[:5]), None)
