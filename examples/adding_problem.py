@@ -14,7 +14,7 @@ carry the marked numbers to the end.
 On the GPU when PyTorch and pyroundlib both have CUDA, else on the CPU.  From the repository
 root, after ``make``:
 
-    PYTHONPATH=. python3 examples/adding_problem.py [--epochs 20] [--out examples/output]
+    PYTHONPATH=. python3 examples/adding_problem.py [--epochs 20] [--lr 3e-3] [--out examples/output]
 
 Reports the test MSE and the training time per epoch of both; writes ``adding_problem.png``
 (test MSE per epoch) and ``adding_problem.json`` to ``--out``.
@@ -135,6 +135,7 @@ def save_curves(results: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="Adam's learning rate, both models")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     start = time.perf_counter()
@@ -144,7 +145,7 @@ def main() -> None:
     test_x, test_y = make_data(TEST, generator)
     test_data = batches(test_x, test_y, torch.arange(TEST), device)
     models = make_models(device)
-    optimizers = {name: torch.optim.Adam(m.parameters(), lr=LEARNING_RATE) for name, m in models.items()}
+    optimizers = {name: torch.optim.Adam(m.parameters(), lr=args.lr) for name, m in models.items()}
     results = {name: {"parameters": count(m), "test_mse": [], "epoch_seconds": []} for name, m in models.items()}
     for epoch in range(args.epochs):
         data = batches(train_x, train_y, torch.randperm(TRAIN, generator=generator), device)
@@ -155,7 +156,7 @@ def main() -> None:
                                                 for n, r in results.items()), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     save_curves(results, args.out / "adding_problem.png")
-    report = {"device": str(device), "torch": torch.__version__, "epochs": args.epochs, "seed": SEED,
+    report = {"device": str(device), "torch": torch.__version__, "epochs": args.epochs, "lr": args.lr, "seed": SEED,
               "models": results, "seconds": time.perf_counter() - start}
     (args.out / "adding_problem.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'model':<34} {'params':>6} {'test MSE':>9} {'s/epoch (median)':>17}")
