@@ -17,6 +17,8 @@ recurrence written in torch ops (``_differentiable``) instead.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -29,19 +31,33 @@ _backward_kernel = Kernel("lltm_sequence_packed_backward", cuda=False)
 
 
 class Pack:
-    """A sorted pack's step sizes and the row indices of its data that its layers share."""
+    """A sorted pack's step sizes and the row indices of its data that its layers share (each
+    formed on first use: inference needs no ``previous``, one direction no ``reverse``)."""
 
     def __init__(self, batch_sizes: Tensor):
         self.sizes = batch_sizes.to(torch.int64).contiguous()  # a host array the library reads
         self.steps, self.batch = len(self.sizes), int(self.sizes[0]) if len(self.sizes) else 0
-        first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
-        step = torch.repeat_interleave(torch.arange(self.steps), self.sizes)  # of each row
-        seq = torch.arange(len(step)) - first[step]  # the sequence each row belongs to
-        lengths = (self.sizes.unsqueeze(0) > torch.arange(self.batch).unsqueeze(1)).sum(1)
-        self.last = first[lengths - 1] + torch.arange(self.batch)  # each sequence's last row
-        self.reverse = first[lengths[seq] - 1 - step] + seq  # row (t, b) <-> row (length_b - 1 - t, b)
-        # the row of h_{t-1} in cat([h0, data rows]): h0's for t = 0
-        self.previous = torch.where(step == 0, seq, self.batch + first[(step - 1).clamp(min=0)] + seq)
+        self._first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
+        self._lengths = (self.sizes.unsqueeze(0) > torch.arange(self.batch).unsqueeze(1)).sum(1)
+        self.last = self._first[self._lengths - 1] + torch.arange(self.batch)  # each sequence's last row
+
+    @functools.cached_property
+    def _rows(self):
+        """(step, sequence) of each row."""
+        step = torch.repeat_interleave(torch.arange(self.steps), self.sizes)
+        return step, torch.arange(len(step)) - self._first[step]
+
+    @functools.cached_property
+    def reverse(self) -> Tensor:
+        """Row (t, b) <-> row (length_b - 1 - t, b): each sequence reversed in time."""
+        step, seq = self._rows
+        return self._first[self._lengths[seq] - 1 - step] + seq
+
+    @functools.cached_property
+    def previous(self) -> Tensor:
+        """The row of h_{t-1} in cat([h0, data rows]): h0's for t = 0."""
+        step, seq = self._rows
+        return torch.where(step == 0, seq, self.batch + self._first[(step - 1).clamp(min=0)] + seq)
 
 
 def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor,
