@@ -87,21 +87,48 @@ PRL_CPU_CLONES void product_tiles(const A *__restrict a, int64_t k, const A *__r
     }
 }
 
-// rows_per_tile 1 (a batch of one row): 4 panels a tile where the AVX-512 loops run, else 2,
-// so that 8 vector registers of accumulators hide the multiply-adds' latency (one row of one
-// panel keeps only 2); the panels left over one at a time.
+// c = a @ w over the rows [r_begin, r_end) and the columns [c_begin, c_end): whole tiles of
+// rows_per_tile rows, then the rows left over as one narrower tile, so that no padding row is
+// computed (a batch of 2 in 6-row tiles took 1.5x the time of exact rows at (T, B, I, S) =
+// (50, 2, 64, 512), a batch of 4 1.12-1.16x at (30, 4, 256, 256), on the development VM:
+// benchmarks/NOTES.md).
+// A tile of one or two rows sweeps several panels at a time (rows x panels = 4 where the
+// AVX-512 loops run, else 2), so that 8 vector registers of accumulators hide the
+// multiply-adds' latency (one row of one panel keeps only 2); the panels left over one at a
+// time.
+template <typename A, int R>
+void narrow_tiles(const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t r_begin, int64_t r_end,
+                  int64_t c_begin, int64_t c_end) {
+    constexpr int64_t NC = kCols<A>;
+    const int64_t wide = (tile_rows() == 6 ? 4 : 2) / R;
+    const int64_t whole = c_begin + (c_end - c_begin) / (wide * NC) * (wide * NC);
+    if (wide == 4)
+        product_tiles<A, R, 4>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+    else if (wide == 2)
+        product_tiles<A, R, 2>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+    else
+        product_tiles<A, R, 1>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+    product_tiles<A, R>(a, k, w, c, ldc, r_begin, r_end, whole, c_end);
+}
+
 template <typename A>
 void product(int64_t rows_per_tile, const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t r_begin,
              int64_t r_end, int64_t c_begin, int64_t c_end) {
-    constexpr int64_t NC = kCols<A>;
-    if (rows_per_tile == 6) return product_tiles<A, 6>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
-    if (rows_per_tile == 3) return product_tiles<A, 3>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
-    const int64_t wide = tile_rows() == 6 ? 4 : 2, whole = c_begin + (c_end - c_begin) / (wide * NC) * (wide * NC);
-    if (wide == 4)
-        product_tiles<A, 1, 4>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+    const int64_t whole = r_begin + (r_end - r_begin) / rows_per_tile * rows_per_tile;
+    if (rows_per_tile == 6)
+        product_tiles<A, 6>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
+    else if (rows_per_tile == 3)
+        product_tiles<A, 3>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
     else
-        product_tiles<A, 1, 2>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
-    product_tiles<A, 1>(a, k, w, c, ldc, r_begin, r_end, whole, c_end);
+        narrow_tiles<A, 1>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
+    switch (r_end - whole) {  // the rows left over: fewer than rows_per_tile
+        case 0: break;
+        case 1: narrow_tiles<A, 1>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+        case 2: narrow_tiles<A, 2>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+        case 3: product_tiles<A, 3>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+        case 4: product_tiles<A, 4>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+        default: product_tiles<A, 5>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+    }
 }
 
 // w for `product`: the k x cols matrix m(i, j), zero columns up to n (a multiple of kCols),
@@ -248,7 +275,7 @@ void step_product(const Plan &plan, const prl::Blas<A> &blas, const A *left, int
     prl::run_parts(plan.step_parts, [&](int64_t p) {
         int64_t begin, end;
         plan.columns(p, kCols<A>, begin, end);
-        product(plan.rows_per_tile, left, k, panels, c, ldc, 0, round_up(rows, plan.rows_per_tile), begin, end);
+        product(plan.rows_per_tile, left, k, panels, c, ldc, 0, rows, begin, end);
     });
 }
 
@@ -337,7 +364,7 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
             const int64_t now = rows.in(t, first, count), next = t + 1 < steps ? rows.in(t + 1, first, count) : 0;
             if (now == 0) break;  // this part's rows have all ended
             to_arithmetic((t == 0 ? h0 : output + rows.first(t - 1) * state) + at, now * state, left);
-            product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, round_up(now, plan.rows_per_tile), 0, n);
+            product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, now, 0, n);
             T *c_t = cells + rows.first(t) * state + at;
             forward_cells<T, A>(now, state, gates + rows.first(t) * width + 3 * at, rec, n,
                                 (t == 0 ? c0 : cells + rows.first(t - 1) * state) + at,
@@ -397,7 +424,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
         int64_t first, count;
         plan.rows(p, batch, first, count);
         A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * k, *d_cell = rec + part_rows * n;
-        const int64_t padded = round_up(count, plan.rows_per_tile), at = first * state;
+        const int64_t at = first * state;
         // rec starts zero: the last step gets no gradient from a later one; left's rows past
         // step t + 1's are zero, never written (a packed batch's rows enter at their own last
         // step, with no gradient from a later one)
@@ -407,7 +434,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
             if (now == 0) continue;  // this part's rows have not started yet
             if (t + 1 < steps) {
                 to_arithmetic(d_gates + rows.first(t + 1) * k + 3 * at, rows.in(t + 1, first, count) * k, left);
-                product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, round_up(now, plan.rows_per_tile), 0, n);
+                product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, now, 0, n);
             }
             backward_cells<T, A>(now, state, grad_output + rows.first(t) * state + at, rec, n,
                                  gates + rows.first(t) * k + 3 * at,
@@ -418,7 +445,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
         for (int64_t i = 0; i < count * state; ++i) d_c0[at + i] = prl::store<T>(d_cell[i]);
         // d_h0 = d_gates[0] W_h
         to_arithmetic(d_gates + 3 * at, count * k, left);
-        product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, padded, 0, n);
+        product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, count, 0, n);
         for (int64_t b = 0; b < count; ++b)
             for (int64_t j = 0; j < state; ++j) d_h0[at + b * state + j] = prl::store<T>(rec[b * n + j]);
     });
