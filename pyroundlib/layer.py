@@ -80,17 +80,18 @@ class LLTMLayer(torch.nn.Module):
             for weight in self.parameters():
                 weight.uniform_(-stdv, +stdv)
 
-    @property
-    def weights(self) -> Tensor:
-        """Deprecated (0.4.0 and before): ``weights_l0``."""
-        warnings.warn("LLTMLayer.weights is deprecated: use LLTMLayer.weights_l0", DeprecationWarning, stacklevel=2)
-        return self.weights_l0
-
-    @property
-    def bias(self) -> Optional[Tensor]:
-        """Deprecated (0.4.0 and before): ``bias_l0`` (None with bias=False; the flag is ``has_bias``)."""
-        warnings.warn("LLTMLayer.bias is deprecated: use LLTMLayer.bias_l0", DeprecationWarning, stacklevel=2)
-        return self.bias_l0 if self.has_bias else None
+    def __getattr__(self, name: str):
+        # Deprecated (0.4.0 and before): ``weights`` and ``bias``, for ``weights_l0`` and
+        # ``bias_l0`` (None with bias=False; the flag is ``has_bias``).  Looked up here, where
+        # nn.Module finds parameters, rather than as properties, which tools that scan a
+        # module's attributes (torch.jit.trace) would trip over.
+        if name in ("weights", "bias"):
+            warnings.warn(f"LLTMLayer.{name} is deprecated: use LLTMLayer.{name}_l0", DeprecationWarning,
+                          stacklevel=2)
+            if name == "bias" and not self.has_bias:
+                return None
+            return super().__getattr__(f"{name}_l0")
+        return super().__getattr__(name)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):

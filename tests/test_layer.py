@@ -2,6 +2,7 @@
 batch_first, unbatched input, bias=False; against a plain-PyTorch reference (the tutorial's
 cell in a loop per layer and direction) in float64, and against nn.LSTM's shapes."""
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -416,3 +417,13 @@ def test_stacked_training_step_in_a_users_cuda_graph(packed, dtype):
         graph.replay()
         torch.cuda.synchronize()
         check_stacked(layer, x, state, loss, value, [p.grad for p in layer.parameters()])
+
+
+def test_tracing_does_not_touch_the_deprecated_names():
+    """torch.jit.trace scans a module's attributes: the deprecated weights/bias must not warn
+    for a user who never named them."""
+    layer = pyroundlib.LLTMLayer(I, S)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.jit.trace(layer, (torch.randn(T, B, I),))
+    assert not [w for w in caught if "LLTMLayer" in str(w.message)], [str(w.message) for w in caught]
