@@ -6,8 +6,10 @@ direction runs the sequence flipped in time and flips its output back.  Layer k 
 D*S features of layer k - 1 (both directions concatenated), with dropout in between in
 training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k}``,
 ``bias_l{k}`` and ``..._reverse``, each in the cell's layout ([3S, S + input width] and [3S]).
-A PackedSequence runs as runs of steps of equal batch size, one ``lltm_sequence`` each over the
-rows still running (``_packed_forward``, ``_packed_reverse``); a padded batch is one such run.
+A PackedSequence runs on the CPU through the library's packed loop, one call per layer and
+direction (``_packed.py``); on CUDA as runs of steps of equal batch size, one ``lltm_sequence``
+each over the rows still running (``_packed_forward``, ``_packed_reverse``).  A padded batch is
+one such run.
 """
 from __future__ import annotations
 
