@@ -177,6 +177,54 @@ static void test_sequence_cpu(void) {
           PRL_SUCCESS);
 }
 
+/* A packed batch: sequence 0 runs 3 steps, sequence 1 one (batch_sizes {2, 1, 1}); each is
+ * what the unpacked functions give for that sequence alone, c_n and d_c0 at its own last
+ * step included; malformed sizes are refused, naming batch_sizes. */
+static void test_sequence_packed_cpu(void) {
+    enum { T = 3, B = 2, S = 3, LDW = S + 1, N = 4 };
+    const int64_t sizes[T] = {2, 1, 1}, growing[T] = {2, 1, 2}, short_first[T] = {1, 1, 1};
+    double w[3 * S * LDW], h0[B * S], c0[B * S], gates[N * 3 * S], input_half[N * 3 * S], out[N * S];
+    double cells[N * S], c_n[B * S];
+    double grad[N * S], grad_c[B * S], d_gates[N * 3 * S], d_h0[B * S], d_c0[B * S];
+    for (int i = 0; i < 3 * S * LDW; ++i) w[i] = 0.1 * ((i * 7) % 11) - 0.5;
+    for (int i = 0; i < B * S; ++i) { h0[i] = 0.3 * (i % 5) - 0.6; c0[i] = 0.2 * (i % 4) - 0.3; grad_c[i] = 0.1 * i; }
+    for (int i = 0; i < N * 3 * S; ++i) gates[i] = input_half[i] = 0.05 * ((i * 3) % 13) - 0.3;
+    for (int i = 0; i < N * S; ++i) grad[i] = 0.07 * i - 0.4;
+    /* the rows of each sequence alone: sequence 0 at packed rows 0, 2, 3; sequence 1 at row 1 */
+    const int rows[B][T] = {{0, 2, 3}, {1, -1, -1}}, steps[B] = {3, 1};
+    double one_gates[T * 3 * S], one_out[T * S], one_cells[T * S], one_cn[S], one_grad[T * S];
+    double one_dg[T * 3 * S], one_dh0[S], one_dc0[S];
+    for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < steps[b]; ++t) {
+            memcpy(one_gates + t * 3 * S, input_half + rows[b][t] * 3 * S, sizeof(double) * 3 * S);
+            memcpy(one_grad + t * S, grad + rows[b][t] * S, sizeof(double) * S);
+        }
+        CHECK(prl_lltm_sequence_forward_cpu(one_gates, w, LDW, h0 + b * S, c0 + b * S, one_out, one_cells, one_cn,
+                                            steps[b], 1, S, PRL_FLOAT64) == PRL_SUCCESS);
+        CHECK(prl_lltm_sequence_backward_cpu(one_grad, grad_c + b * S, one_gates, w, LDW, c0 + b * S, one_cells, one_dg,
+                                             one_dh0, one_dc0, steps[b], 1, S, PRL_FLOAT64) == PRL_SUCCESS);
+        if (b == 0) {  /* the packed calls, once */
+            CHECK(prl_lltm_sequence_packed_forward_cpu(gates, w, LDW, h0, c0, out, cells, c_n, sizes, T, B, S,
+                                                       PRL_FLOAT64) == PRL_SUCCESS);
+            CHECK(prl_lltm_sequence_packed_backward_cpu(grad, grad_c, gates, w, LDW, c0, cells, d_gates, d_h0, d_c0,
+                                                        sizes, T, B, S, PRL_FLOAT64) == PRL_SUCCESS);
+        }
+        for (int t = 0; t < steps[b]; ++t)
+            for (int j = 0; j < S; ++j) {
+                CHECK(out[rows[b][t] * S + j] == one_out[t * S + j] && cells[rows[b][t] * S + j] == one_cells[t * S + j]);
+                for (int g = 0; g < 3; ++g)
+                    CHECK(d_gates[rows[b][t] * 3 * S + g * S + j] == one_dg[t * 3 * S + g * S + j]);
+            }
+        for (int j = 0; j < S; ++j)
+            CHECK(c_n[b * S + j] == one_cn[j] && d_h0[b * S + j] == one_dh0[j] && d_c0[b * S + j] == one_dc0[j]);
+    }
+    EXPECT_ERROR(prl_lltm_sequence_packed_forward_cpu(gates, w, LDW, h0, c0, out, cells, c_n, growing, T, B, S,
+                                                      PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'batch_sizes'");
+    EXPECT_ERROR(prl_lltm_sequence_packed_backward_cpu(grad, grad_c, gates, w, LDW, c0, cells, d_gates, d_h0, d_c0,
+                                                       short_first, T, B, S, PRL_FLOAT64),
+                 PRL_ERROR_INVALID_ARGUMENT, "'batch_sizes'");
+}
+
 /* The sequence functions split the batch among prl_set_cpu_threads() threads, run by the
  * library's workers or by a prl_set_cpu_parallel runner; every output is bit-for-bit the
  * one-thread result (each row's recurrence is computed the same way whichever thread runs
@@ -314,6 +362,7 @@ int main(void) {
     test_round_cpu();
     test_lltm_cpu();
     test_sequence_cpu();
+    test_sequence_packed_cpu();
     test_cpu_threads();
     test_errors();
     if (failures) {
