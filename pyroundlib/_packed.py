@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, autocast_cast, ptr
+from ._common import DTYPE_CODES, Kernel, autocast_cast, check_like, check_tensor, ptr
 from .lltm import _pointwise_differentiable
 
 _forward_kernel = Kernel("lltm_sequence_packed_forward", cuda=False)
@@ -63,9 +63,12 @@ class Pack:
 def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor,
                      reverse: bool):
     """One direction over a pack's data [N, I]: (output [N, S], h_n, c_n [B, S])."""
+    data, weights, bias, h0, c0 = autocast_cast((data, weights, bias, h0, c0))
+    check_tensor("input", data)  # raises for bad input, naming it, before any pointer reaches C
+    for name, value in (("weights", weights), ("bias", bias), ("h0", h0), ("c0", c0)):
+        check_like(name, value, "input", data)
     if reverse:
         data = data.index_select(0, pack.reverse)
-    data, weights, bias, h0, c0 = autocast_cast((data, weights, bias, h0, c0))
     output, h_n, c_n = PackedLLTMFunction.apply(data, weights, bias, h0, c0, pack)
     return (output.index_select(0, pack.reverse) if reverse else output), h_n, c_n
 

@@ -225,6 +225,22 @@ def test_gradcheck_packed_two_layers_both_directions(device):
     assert torch.autograd.gradgradcheck(fn, inputs)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_mixed_dtypes_raise_naming_the_argument(device, packed):
+    """A state or an input in another dtype than the layer's: a TypeError naming it, padded
+    or packed (never a kernel reading one dtype as another)."""
+    layer = pyroundlib.LLTMLayer(I, S, device=device)
+    x = torch.randn(T, B, I, device=device)
+    if packed:
+        x = torch.nn.utils.rnn.pack_padded_sequence(x, [5, 3, 2])
+    state = tuple(torch.zeros(1, B, S, device=device, dtype=torch.float64) for _ in range(2))
+    with pytest.raises(TypeError, match="h0 has dtype torch.float64"):
+        layer(x, state)
+    with pytest.raises(TypeError, match="float64"):
+        layer(x.double() if not packed else x.to(torch.float64))
+
+
 def test_bad_state_names_the_expected_shape():
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True)
     x = torch.randn(T, B, I)
