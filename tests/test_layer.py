@@ -297,6 +297,25 @@ def test_compile_fullgraph_stacked_both_directions():
                                torch.autograd.grad(sum(w.sum() for w in want), params))
 
 
+def test_compile_packed_as_nn_lstm_does():
+    """Packed input under torch.compile (not fullgraph: the pack's sizes are read on the host,
+    a graph break, as for nn.LSTM): the eager layer's outputs and gradients."""
+    torch._dynamo.reset()
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True)
+    data = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(T, B, I), [5, 3, 2])
+    packed = torch.nn.utils.rnn.PackedSequence(data.data.requires_grad_(), *data[1:])
+    got, want = layer_outputs(torch.compile(layer)(packed)), layer_outputs(layer(packed))
+    torch.testing.assert_close(got, want)
+    params = [packed.data, *layer.parameters()]
+    torch.testing.assert_close(torch.autograd.grad(sum(g.sum() for g in got), params),
+                               torch.autograd.grad(sum(w.sum() for w in want), params))
+
+
+def layer_outputs(result):
+    output, (h, c) = result
+    return [output.data, h, c]
+
+
 def test_autocast_stacked_both_directions():
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True)
     x = torch.randn(T, B, I)
