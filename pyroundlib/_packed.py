@@ -98,7 +98,8 @@ class PackedLLTMFunction(torch.autograd.Function):
         if grad_h_n is not None:  # h_n is each sequence's output row at its last step
             grad_output = grad_output.index_add(0, pack.last, grad_h_n)
         d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
-        _backward_kernel(data, grad_output.data_ptr(), ptr(None if grad_c_n is None else grad_c_n.contiguous()),
+        grad_c_n = None if grad_c_n is None else grad_c_n.contiguous()  # held: the library reads it
+        _backward_kernel(data, grad_output.data_ptr(), ptr(grad_c_n),
                          gates.data_ptr(), weights.data_ptr(), weights.shape[1], c0.data_ptr(), cells.data_ptr(),
                          d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.sizes.data_ptr(), pack.steps,
                          pack.batch, state, DTYPE_CODES[data.dtype])

@@ -297,6 +297,19 @@ def test_compile_fullgraph_stacked_both_directions():
                                torch.autograd.grad(sum(w.sum() for w in want), params))
 
 
+def test_packed_forwards_then_their_backwards():
+    """Two forwards over a pack, then both backwards, each handed expanded (zero-stride)
+    gradients, as sum() gives: each gets the gradients of a lone forward and backward."""
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
+    data = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(T, B, I, dtype=torch.float64), [5, 3, 2])
+    packed = torch.nn.utils.rnn.PackedSequence(data.data.requires_grad_(), *data[1:])
+    params = [packed.data, *layer.parameters()]
+    alone = torch.autograd.grad(sum(t.sum() for t in layer_outputs(layer(packed))), params)
+    first, second = layer_outputs(layer(packed)), layer_outputs(layer(packed))
+    for outputs in (first, second):
+        torch.testing.assert_close(torch.autograd.grad(sum(t.sum() for t in outputs), params), alone)
+
+
 def test_compile_packed_as_nn_lstm_does():
     """Packed input under torch.compile (not fullgraph: the pack's sizes are read on the host,
     a graph break, as for nn.LSTM): the eager layer's outputs and gradients."""
