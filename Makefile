@@ -139,7 +139,10 @@ bench: build deps
 # must be loaded first, and libstdc++ with it so that C++ exceptions in torch unwind).
 SAN_BUILD_DIR ?= build-sanitize
 SAN_TESTS ?= tests/test_round.py tests/test_lltm.py tests/test_validation.py tests/test_library.py \
-             tests/test_threads.py tests/test_fuzz.py tests/test_sequence.py
+             tests/test_threads.py tests/test_fuzz.py tests/test_sequence.py \
+             tests/test_layer.py::test_packed_sequences_each_at_its_own_length \
+             tests/test_layer.py::test_packed_forwards_then_their_backwards \
+             tests/test_layer.py::test_gradcheck_packed_two_layers_both_directions
 sanitize: deps
 	cmake -S . -B $(SAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPYROUNDLIB_WITH_CUDA=OFF -DPYROUNDLIB_SANITIZE=ON \
 	  -DPYROUNDLIB_CPU_MULTIVERSION=OFF
