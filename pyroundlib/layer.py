@@ -137,36 +137,31 @@ class LLTMLayer(torch.nn.Module):
         return (x.transpose(0, 1) if self.batch_first else x), (h_n, c_n)
 
     def _forward_packed(self, packed: PackedSequence, state):
-        """A PackedSequence: each sequence runs exactly its own length.  The pack's steps fall in
-        runs of equal batch size (its sequences sorted by length, longest first); each run is
-        one ``lltm_sequence`` over the rows still running, whose data are contiguous in the pack,
-        so no padding is computed.  The rows that end before a run keep their state."""
+        """A PackedSequence: each sequence runs exactly its own length, no padding computed.  On
+        the CPU each layer and direction is one call of the library's packed loop (``Pack``);
+        on CUDA the pack's steps fall in runs of equal batch size (its sequences sorted by
+        length, longest first), each one ``lltm_sequence`` over the rows still running, whose
+        data are contiguous in the pack; the rows that end before a run keep their state."""
         data, batch_sizes, sorted_indices, unsorted_indices = packed
         sizes = batch_sizes.tolist()
-        runs, t, offset = [], 0, 0  # (first step, steps, rows, offset of its data)
-        while t < len(sizes):
-            end = t
-            while end < len(sizes) and sizes[end] == sizes[t]:
-                end += 1
-            runs.append((t, end - t, sizes[t], offset))
-            offset += (end - t) * sizes[t]
-            t = end
         directions = 2 if self.bidirectional else 1
         batch = sizes[0] if sizes else 0
         if state is not None:
             state = self._check_state(state, self.num_layers * directions, batch, True)
             if sorted_indices is not None:
                 state = [t.index_select(1, sorted_indices) for t in state]
-        pack = Pack(batch_sizes) if data.is_cpu else None  # the library's packed loop (CPU)
-        x, h_n, c_n = self._layers(data, runs, batch, state, pack)
+        if data.is_cpu:
+            x, h_n, c_n = self._layers(data, None, batch, state, Pack(batch_sizes))
+        else:
+            x, h_n, c_n = self._layers(data, _runs(sizes), batch, state)
         if unsorted_indices is not None:
             h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
         return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
 
     def _layers(self, x: Tensor, runs, batch: int, state, pack: Optional[Pack] = None):
-        """Every layer and direction over x, a pack's data [N, features] in runs of (first step,
-        steps, rows, offset); state checked, or None; pack: the same as a Pack, for the library's
-        packed loop (CPU).  -> (output data [N, D*S], h_n, c_n)."""
+        """Every layer and direction over x, a pack's data [N, features], given as runs of
+        (first step, steps, rows, offset) or, for the library's packed loop (CPU), as a Pack;
+        state checked, or None.  -> (output data [N, D*S], h_n, c_n)."""
         directions = 2 if self.bidirectional else 1
         h_n, c_n = [], []
         for k in range(self.num_layers):
@@ -214,6 +209,19 @@ class LLTMLayer(torch.nn.Module):
             if getattr(self, attr) != default:
                 text += f", {name}={getattr(self, attr)}"
         return text
+
+
+def _runs(sizes: List[int]) -> List[Tuple[int, int, int, int]]:
+    """A pack's steps as runs of equal batch size: (first step, steps, rows, offset of its data)."""
+    runs, t, offset = [], 0, 0
+    while t < len(sizes):
+        end = t
+        while end < len(sizes) and sizes[end] == sizes[t]:
+            end += 1
+        runs.append((t, end - t, sizes[t], offset))
+        offset += (end - t) * sizes[t]
+        t = end
+    return runs
 
 
 def _packed_forward(x: Tensor, runs, weights: Tensor, bias: Tensor, h: Tensor, c: Tensor):

@@ -72,3 +72,18 @@ def _subnormals_kept():
 def _fresh_seed():
     torch.manual_seed(torch.seed() % 2**31)  # fresh data every run, reproducible from the printed seed
     yield
+
+
+def capture_after_warm_up(call):
+    """Run ``call`` twice on a side stream (the warm-up ``torch.cuda.graph`` asks for), then
+    capture it into a new CUDA graph: ``(graph, what the captured call returned)``."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = call()
+    return graph, result

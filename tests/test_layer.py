@@ -12,7 +12,7 @@ import pyroundlib
 from pyroundlib import sequence
 from pyroundlib.reference import lltm_cell_reference
 
-from conftest import CUDA, TOLERANCES, requires_cuda, requires_two_gpus
+from conftest import CUDA, TOLERANCES, capture_after_warm_up, requires_cuda, requires_two_gpus
 
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 T, B, I, S = 5, 3, 4, 6
@@ -451,15 +451,7 @@ def test_stacked_training_step_in_a_users_cuda_graph(packed, dtype):
         value.backward()
         return value
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        value = step()
+    graph, value = capture_after_warm_up(step)
     for _ in range(2):
         static.copy_(torch.randn_like(static))
         graph.replay()

@@ -12,7 +12,7 @@ import pyroundlib
 from pyroundlib import _threads, graphs, sequence
 from pyroundlib.reference import lltm_cell_reference
 
-from conftest import CUDA, TOLERANCES, requires_cuda, requires_two_gpus, run_python_ok
+from conftest import CUDA, TOLERANCES, capture_after_warm_up, requires_cuda, requires_two_gpus, run_python_ok
 
 func = torch.func
 ARGNUMS = (0, 1, 2, 3, 4)
@@ -406,21 +406,6 @@ def test_side_stream(monkeypatch, graphs_on):
             got = ours(*args)
     torch.cuda.current_stream().wait_stream(side)
     torch.testing.assert_close(got, want)
-
-
-def capture_after_warm_up(call):
-    """Run ``call`` twice on a side stream (the warm-up ``torch.cuda.graph`` asks for), then
-    capture it into a new CUDA graph: ``(graph, what the captured call returned)``."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        result = call()
-    return graph, result
 
 
 @requires_cuda

@@ -222,8 +222,9 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     the row split can (a batch of fewer tiles than threads: small batches, wide states).
 // And the product itself: where a BLAS was handed over (pyroundlib hands torch's MKL over on
 // Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least
-// kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step.  Measured with and without (benchmarks/NOTES.md), at
-// (T, B, S) = (8, 1, 256), (100, 1, 256), (30, 4, 256): on a 16-core Xeon MKL's products took
+// kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step.  Measured with
+// and without (benchmarks/NOTES.md), at (T, B, S) = (8, 1, 256), (100, 1, 256), (30, 4, 256):
+// on a 16-core Xeon MKL's products took
 // 0.5-0.75x the time of the library's column split; on the development VM (2-core AMD EPYC,
 // where MKL does not run its best code) up to 2.3x.  Larger batches: the library's product
 // as fast or faster on both.  Decided by the machine and the sizes, never the thread count,
@@ -266,7 +267,7 @@ struct Plan {
 
 // One step's product, step by step: c[:rows] = left[:rows] @ W, by the BLAS where the plan
 // has one (w_blas, ld_blas, transposed: as Blas::product's b), else split by column panels
-// among the threads (panels), over the whole tiles that hold the rows.
+// among the threads (panels).
 template <typename A>
 void step_product(const Plan &plan, const prl::Blas<A> &blas, const A *left, int64_t k, int64_t cols,
                   const A *panels, const A *w_blas, int64_t ld_blas, bool transposed, A *c, int64_t ldc,
@@ -359,7 +360,7 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
         plan.rows(p, batch, first, count);
         A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * state;
         const int64_t at = first * state;
-        // rows of left past those a step has: zeros, or a longer step's (products not read)
+        // the product covers only the rows the step has (a packed batch's shrink)
         for (int64_t t = 0; t < steps; ++t) {
             const int64_t now = rows.in(t, first, count), next = t + 1 < steps ? rows.in(t + 1, first, count) : 0;
             if (now == 0) break;  // this part's rows have all ended
