@@ -386,6 +386,35 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
 
 LAYER_LABELS = ("float32 TF32 off", "bfloat16")  # the layer cases' precisions
 PADDED = "pyroundlib, padded"  # in the packed cases: our layer on the same batch padded to T
+OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the packed route not chosen
+
+
+@contextlib.contextmanager
+def other_packed_route():
+    """The layer's other CUDA route for a pack while in the block: runs of equal batch size where
+    it would take one call per direction, one call (where it fits, as with
+    PYROUNDLIB_PERSISTENT_SEQUENCE=1) where it would take the runs; for the with-and-without
+    row of that route (benchmarks/NOTES.md)."""
+    layer, chosen = pyroundlib.layer, pyroundlib.layer._packed_in_one_call
+
+    def flipped(t, batch, state):
+        if chosen(t, batch, state):
+            return False
+        var = pyroundlib.sequence.PERSISTENT_ENV_VAR
+        before = os.environ.get(var)
+        os.environ[var] = "1"
+        try:
+            return chosen(t, batch, state)
+        finally:
+            if before is None:
+                del os.environ[var]
+            else:
+                os.environ[var] = before
+    layer._packed_in_one_call = flipped
+    try:
+        yield
+    finally:
+        layer._packed_in_one_call = chosen
 
 
 def layer_cases(device, steps, batch, features, state, label, packed):
@@ -429,6 +458,13 @@ def layer_cases(device, steps, batch, features, state, label, packed):
         variants = {OURS: make(ours, source), CUDNN: make(lstm, source)}
         if packed:
             variants[PADDED] = make(ours, x)
+        if packed and device.type == "cuda":
+            run_chosen = make(ours, source)
+
+            def run_other(run_chosen=run_chosen):
+                with other_packed_route():
+                    return run_chosen()
+            variants[OTHER_ROUTE] = run_other
         cases.append(Case(f"{cpu}LLTMLayer 2-layer bidirectional {kind}, {tag}, wall", variants, group="layer",
                           host_bound=True, settings=settings))
     return cases

@@ -71,6 +71,13 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_sequence_packed_forward_cpu",  STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     ("prl_lltm_sequence_packed_backward_cpu", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64,
                                                        _INT)),
+    #                                             the same with device, stream (batch_sizes in device memory)
+    ("prl_lltm_sequence_packed_forward_cuda",  STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT,
+                                                        _INT, _P)),
+    ("prl_lltm_sequence_packed_backward_cuda", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64,
+                                                        _I64, _INT, _INT, _P)),
+    #                                             dst src count device stream
+    ("prl_upload_cuda",                 STATUS, (_P, _P, _I64, _INT, _P)),
     ("prl_lltm_sequence_backward_cuda", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT,
                                                  _INT, _P)),
     #                                             input weights bias h0 c0 output cells gates c_n

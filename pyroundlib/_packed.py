@@ -1,5 +1,6 @@
-"""The LLTM over a packed batch on the CPU: each direction of a layer in one library call,
-every sequence run exactly its own steps (prl_lltm_sequence_packed_forward_cpu / _backward_cpu).
+"""The LLTM over a packed batch: each direction of a layer in one library call, every sequence
+run exactly its own steps (prl_lltm_sequence_packed_forward_* / _backward_*: the CPU loop, and
+CUDA's persistent kernels where they fit).
 
 A ``PackedSequence``'s data hold step t's rows after those of the steps before it, its
 sequences sorted longest first, so step t has the first ``batch_sizes[t]`` rows of the batch.
@@ -7,7 +8,9 @@ The library's sequence loop takes those sizes and computes no padding; ``Pack`` 
 every layer and direction of one call shares: the sizes, where each sequence's last step is,
 and the permutation that runs each sequence backwards in time (the reverse direction is the
 forward direction over the sequences reversed, each within its own length, so it too starts
-each sequence at its own last step).
+each sequence at its own last step).  On CUDA the sizes reach the device through the library's
+``prl_upload_cuda`` (kernel parameters, in stream order) and the row indices are formed there:
+nothing waits for the GPU, and a CUDA graph that captures a call replays the same pack.
 
 ``PackedLLTMFunction``: one direction as one autograd node.  The input half of every step is
 one GEMM over all rows, the recurrence one library call; backward, the reverse recurrence one
@@ -26,26 +29,38 @@ from torch import Tensor
 from ._common import DTYPE_CODES, Kernel, autocast_cast, check_like, check_tensor, ptr
 from .lltm import _pointwise_differentiable
 
-_forward_kernel = Kernel("lltm_sequence_packed_forward", cuda=False)
-_backward_kernel = Kernel("lltm_sequence_packed_backward", cuda=False)
+_forward_kernel = Kernel("lltm_sequence_packed_forward")
+_backward_kernel = Kernel("lltm_sequence_packed_backward")
+_upload_kernel = Kernel("upload", cpu=False)
 
 
 class Pack:
-    """A sorted pack's step sizes and the row indices of its data that its layers share (each
-    formed on first use: inference needs no ``previous``, one direction no ``reverse``)."""
+    """A sorted pack's step sizes and the row indices of its data that its layers share, on the
+    data's device (each formed on first use: inference needs no ``previous``, one direction no
+    ``reverse``)."""
 
-    def __init__(self, batch_sizes: Tensor):
-        self.sizes = batch_sizes.to(torch.int64).contiguous()  # a host array the library reads
-        self.steps, self.batch = len(self.sizes), int(self.sizes[0]) if len(self.sizes) else 0
+    def __init__(self, batch_sizes: Tensor, device: torch.device):
+        host = batch_sizes.to(torch.int64).contiguous()
+        self.host_sizes = host.tolist()
+        if any(b > a for a, b in zip(self.host_sizes, self.host_sizes[1:])) or min(self.host_sizes, default=1) < 1:
+            raise ValueError(f"batch_sizes must not grow and stay >= 1 (a PackedSequence's), got {self.host_sizes}")
+        self.steps, self.rows = len(host), sum(self.host_sizes)
+        self.batch = self.host_sizes[0] if self.steps else 0
+        self.sizes = host  # what the library reads, on the data's device
+        if device.type == "cuda":
+            self.sizes = torch.empty(self.steps, dtype=torch.int64, device=device)
+            if self.steps:
+                _upload_kernel(self.sizes, self.sizes.data_ptr(), host.data_ptr(), self.steps)
+        self._arange = functools.partial(torch.arange, device=device)
         self._first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
-        self._lengths = (self.sizes.unsqueeze(0) > torch.arange(self.batch).unsqueeze(1)).sum(1)
-        self.last = self._first[self._lengths - 1] + torch.arange(self.batch)  # each sequence's last row
+        self._lengths = (self.sizes.unsqueeze(0) > self._arange(self.batch).unsqueeze(1)).sum(1)
+        self.last = self._first[self._lengths - 1] + self._arange(self.batch)  # each sequence's last row
 
     @functools.cached_property
     def _rows(self):
         """(step, sequence) of each row."""
-        step = torch.repeat_interleave(torch.arange(self.steps), self.sizes)
-        return step, torch.arange(len(step)) - self._first[step]
+        step = torch.repeat_interleave(self._arange(self.steps), self.sizes, output_size=self.rows)
+        return step, self._arange(self.rows) - self._first[step]
 
     @functools.cached_property
     def reverse(self) -> Tensor:
@@ -111,7 +126,7 @@ class PackedLLTMFunction(torch.autograd.Function):
 def _differentiable(data, weights, bias, h0, c0, pack: Pack):
     """PackedLLTMFunction's results in torch ops, step by step over the pack's rows."""
     outputs, h, c, row = [], h0, c0, 0
-    for rows in pack.sizes.tolist():
+    for rows in pack.host_sizes:
         g = F.linear(torch.cat([h[:rows], data[row:row + rows]], dim=1), weights, bias)
         new_h, new_c = _pointwise_differentiable(g, c[:rows])
         outputs.append(new_h)

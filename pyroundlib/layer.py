@@ -6,8 +6,9 @@ direction runs the sequence flipped in time and flips its output back.  Layer k 
 D*S features of layer k - 1 (both directions concatenated), with dropout in between in
 training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k}``,
 ``bias_l{k}`` and ``..._reverse``, each in the cell's layout ([3S, S + input width] and [3S]).
-A PackedSequence runs on the CPU through the library's packed loop, one call per layer and
-direction (``_packed.py``); on CUDA as runs of steps of equal batch size, one ``lltm_sequence``
+A PackedSequence runs one library call per layer and direction that takes the pack's batch
+sizes (``_packed.py``: the CPU loop, CUDA's persistent kernels), or, where those do not run
+(``sequence._packed_in_one_call``), as runs of steps of equal batch size, one ``lltm_sequence``
 each over the rows still running (``_packed_forward``, ``_packed_reverse``).  A padded batch is
 one such run.
 """
@@ -23,7 +24,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
 from ._packed import Pack, packed_direction
-from .sequence import lltm_sequence
+from .sequence import _packed_in_one_call, lltm_sequence
 
 
 class LLTMLayer(torch.nn.Module):
@@ -137,11 +138,12 @@ class LLTMLayer(torch.nn.Module):
         return (x.transpose(0, 1) if self.batch_first else x), (h_n, c_n)
 
     def _forward_packed(self, packed: PackedSequence, state):
-        """A PackedSequence: each sequence runs exactly its own length, no padding computed.  On
-        the CPU each layer and direction is one call of the library's packed loop (``Pack``);
-        on CUDA the pack's steps fall in runs of equal batch size (its sequences sorted by
-        length, longest first), each one ``lltm_sequence`` over the rows still running, whose
-        data are contiguous in the pack; the rows that end before a run keep their state."""
+        """A PackedSequence: each sequence runs exactly its own length, no padding computed.  Each
+        layer and direction is one library call that takes the pack's sizes (``Pack``) where
+        ``_packed_in_one_call`` says so; otherwise the pack's steps fall in runs of equal batch
+        size (its sequences sorted by length, longest first), each one ``lltm_sequence`` over
+        the rows still running, whose data are contiguous in the pack; the rows that end
+        before a run keep their state."""
         data, batch_sizes, sorted_indices, unsorted_indices = packed
         sizes = batch_sizes.tolist()
         directions = 2 if self.bidirectional else 1
@@ -150,8 +152,8 @@ class LLTMLayer(torch.nn.Module):
             state = self._check_state(state, self.num_layers * directions, batch, True)
             if sorted_indices is not None:
                 state = [t.index_select(1, sorted_indices) for t in state]
-        if data.is_cpu:
-            x, h_n, c_n = self._layers(data, None, batch, state, Pack(batch_sizes))
+        if _packed_in_one_call(data, batch, self.state_size):
+            x, h_n, c_n = self._layers(data, None, batch, state, Pack(batch_sizes, data.device))
         else:
             x, h_n, c_n = self._layers(data, _runs(sizes), batch, state)
         if unsorted_indices is not None:

@@ -102,6 +102,19 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
     return REPLAYED if tensor_cores and graphs.enabled() else STEPS
 
 
+def _packed_in_one_call(t: Tensor, batch: int, state: int) -> bool:
+    """Whether a packed batch (``LLTMLayer``) runs each direction in one library call that takes
+    the pack's batch sizes (``_packed.py``): on the CPU always; on CUDA where ONE_CALL would
+    run a padded batch of every length (the persistent kernels, float32 and float64, or any
+    dtype with =1).  Otherwise the pack runs as runs of steps of equal batch size, each one
+    ``lltm_sequence`` taking its own route (layer.py)."""
+    if t.is_cpu:
+        return True
+    choice = os.environ.get(PERSISTENT_ENV_VAR, "")
+    return choice != "0" and (choice == "1" or t.dtype in _PERSISTENT_DTYPES) \
+        and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+
+
 _persistent_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
 _fused_fits = {}  # (device index, dtype, batch, features, state) -> whether the fused kernels fit
 

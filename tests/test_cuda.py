@@ -185,3 +185,26 @@ def test_pointwise_kernels_at_every_vector_width(dtype, batch):
                             ("d_old_cell", d_cell, rdc)):
         assert not torch.isnan(got).any(), f"{name}: elements not written"
         torch.testing.assert_close(got.double(), want.detach(), **close, msg=lambda m: f"{name}: {m}")
+
+
+def test_upload_in_stream_order_and_into_a_graph():
+    """prl_upload_cuda (a pack's sizes reach the GPU so): more values than one launch carries,
+    on a busy stream; and captured into a CUDA graph, whose replay writes the values as they
+    were at capture, whatever the host array holds by then."""
+    from pyroundlib._packed import _upload_kernel
+    host = torch.randint(-2**62, 2**62, (1500,), dtype=torch.int64)
+    dst = torch.zeros(1500, dtype=torch.int64, device="cuda")
+    torch.cuda._sleep(10_000_000)  # the copy must wait for the stream, not race ahead of it
+    dst.fill_(7)
+    _upload_kernel(dst, dst.data_ptr(), host.data_ptr(), len(host))
+    assert torch.equal(dst.cpu(), host)
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.graph(graph, stream=stream):
+        _upload_kernel(dst, dst.data_ptr(), host.data_ptr(), 1000)
+    want = host.clone()
+    host.fill_(0)
+    dst.fill_(-1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(dst[:1000].cpu(), want[:1000]) and (dst[1000:] == -1).all()

@@ -423,6 +423,26 @@ def test_stacked_on_the_second_gpu(monkeypatch, route, packed):
 
 
 @requires_cuda
+@pytest.mark.parametrize("route", ["", "0", "1"], ids=["default", "runs", "one-call"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_packed_routes_on_cuda(monkeypatch, route, dtype):
+    """Both CUDA routes of a pack (one library call per direction, or runs of equal batch size)
+    in every dtype against the CPU's float64 result, into memory the caching allocator filled
+    with NaN first: every output and gradient element written."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    layer, x, state, loss = stacked_case("cuda", dtype, packed=True)
+    assert sequence._packed_in_one_call(x.data, 6, S) == (route == "1" or route == "" and dtype != torch.bfloat16)
+    poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]  # 64 MiB: small blocks
+    del poison
+    output, (h, c) = layer(x, state)
+    value = loss((output, (h, c)))
+    grads = torch.autograd.grad(value, list(layer.parameters()))
+    for t in (output.data, h, c, *grads):
+        assert not torch.isnan(t).any(), "elements not written"
+    check_stacked(layer, x, state, loss, value, grads)
+
+
+@requires_cuda
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 def test_stacked_on_a_busy_side_stream(packed):
     layer, x, state, loss = stacked_case("cuda", packed=packed)

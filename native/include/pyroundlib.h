@@ -241,6 +241,30 @@ PRL_API prl_status prl_lltm_sequence_packed_backward_cpu(const void *grad_output
                                                          void *d_gates, void *d_h0, void *d_c0,
                                                          const int64_t *batch_sizes, int64_t steps,
                                                          int64_t batch, int64_t state, int dtype);
+/* prl_lltm_sequence_packed_forward_cuda / _backward_cuda: the packed functions above on CUDA,
+ *   in the persistent kernels (where prl_lltm_sequence_cuda_fits says (batch, state) fit); a
+ *   block whose rows have all ended idles through the steps left.  batch_sizes [T] is in
+ *   device memory (prl_upload_cuda puts it there), read by the kernels and not checked: the
+ *   caller passes a sorted pack's sizes, as the CPU functions check them.
+ * prl_upload_cuda: copies `count` int64 values from host memory `src` to device memory `dst`
+ *   in `stream`'s order, carried in kernel parameters: the call returns at once (src may be
+ *   reused), nothing waits on the device, and a CUDA graph that captures the call replays
+ *   the values as they were (a copy from pageable host memory would make the host wait for
+ *   the stream, and is not allowed while a stream is being captured). */
+PRL_API prl_status prl_lltm_sequence_packed_forward_cuda(void *gates, const void *w_h, int64_t ldw,
+                                                         const void *h0, const void *c0,
+                                                         void *output, void *cells, void *c_n,
+                                                         const int64_t *batch_sizes, int64_t steps,
+                                                         int64_t batch, int64_t state, int dtype,
+                                                         int device, void *stream);
+PRL_API prl_status prl_lltm_sequence_packed_backward_cuda(const void *grad_output, const void *grad_c_n,
+                                                          const void *gates, const void *w_h, int64_t ldw,
+                                                          const void *c0, const void *cells,
+                                                          void *d_gates, void *d_h0, void *d_c0,
+                                                          const int64_t *batch_sizes, int64_t steps,
+                                                          int64_t batch, int64_t state, int dtype,
+                                                          int device, void *stream);
+PRL_API prl_status prl_upload_cuda(void *dst, const int64_t *src, int64_t count, int device, void *stream);
 PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
                                                   const void *h0, const void *c0,
                                                   void *output, void *cells, void *c_n,

@@ -45,6 +45,21 @@ PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *, const void *, c
     return not_compiled(__func__);
 }
 
+PRL_API prl_status prl_lltm_sequence_packed_forward_cuda(void *, const void *, int64_t, const void *, const void *,
+                                                         void *, void *, void *, const int64_t *, int64_t, int64_t,
+                                                         int64_t, int, int, void *) {
+    return not_compiled(__func__);
+}
+
+PRL_API prl_status prl_lltm_sequence_packed_backward_cuda(const void *, const void *, const void *, const void *,
+                                                          int64_t, const void *, const void *, void *, void *, void *,
+                                                          const int64_t *, int64_t, int64_t, int64_t, int, int,
+                                                          void *) {
+    return not_compiled(__func__);
+}
+
+PRL_API prl_status prl_upload_cuda(void *, const int64_t *, int64_t, int, void *) { return not_compiled(__func__); }
+
 PRL_API prl_status prl_lltm_sequence_persistent_forward_cuda(const void *, const void *, const void *, const void *,
                                                              const void *, void *, void *, void *, void *, int64_t,
                                                              int64_t, int64_t, int64_t, int, int, void *) {

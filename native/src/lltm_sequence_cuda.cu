@@ -56,6 +56,7 @@ template <typename T> struct SequenceArgs {
     const T *grad_c_n;       // [batch, S], or NULL: zero        (backward)
     T *d_gates;              // [steps, batch, 3S]              (backward out)
     T *d_h0, *d_c0;          // [batch, S]                      (backward out; d_c0 carries d_cell between steps)
+    const int64_t *sizes;    // [steps] in device memory: rows of each step (a packed batch), or NULL: batch
     int steps, batch, state;
     int jt, bt;              // the tile: JT state columns x BT batch rows per block
     int vec;                 // 1: every staged row starts 16-byte aligned (16-byte loads)
@@ -159,6 +160,12 @@ __device__ __forceinline__ void stage_rows(A *staged, int row_stride, const T *s
     }
 }
 
+// The rows of step t: sizes[t] for a packed batch (0 outside the sequence), else batch.
+template <typename T> __device__ __forceinline__ int rows_at(const SequenceArgs<T> &p, int t) {
+    if (t < 0 || t >= p.steps) return 0;
+    return p.sizes ? (int)__ldg(p.sizes + t) : p.batch;
+}
+
 template <typename T, bool Backward>
 __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceArgs<T> p) {
     using A = prl::acc_t<T>;
@@ -199,29 +206,52 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     if (owns) carried = Backward ? (p.grad_c_n ? prl::load(p.grad_c_n[k_own]) : A(0)) : prl::load(p.c0[k_own]);
 
     cg::grid_group grid = cg::this_grid();
-    const int64_t cell = (int64_t)B * S, gate = 3 * cell;
     const int phases = Backward ? p.steps + 1 : p.steps;
     const int width = NK * KC;
+    // Step t's rows start at row `first` of the step-major buffers (t * B when every step has
+    // all B rows); a row past a packed step's size has ended (forward: its state is final) or
+    // not yet begun (backward: its gradient is still grad_c_n) and is left alone.
+    int64_t first = 0;
+    if (Backward) {  // the backward starts past the last step: after every row
+        if (p.sizes) {
+#pragma unroll 8
+            for (int t = 0; t < p.steps; ++t) first += __ldg(p.sizes + t);
+        } else {
+            first = (int64_t)p.steps * B;
+        }
+    }
+    int64_t before = 0;  // the first row of the step the product reads: t - 1 (forward) or t + 1 (backward)
     for (int s = 0; s < phases; ++s) {
         const int t = Backward ? p.steps - 1 - s : s;  // the step; -1: the backward's d_h0 phase
-        const bool product = !Backward || s > 0;       // the backward's first step has no d_gates[t + 1]
+        const int rows = t < 0 ? B : rows_at(p, t);
+        if (Backward) {
+            before = first;
+            first -= rows_at(p, t);
+        }
+        // the product's left operand, h_{t-1} or d_gates[t + 1], has `src_rows` rows: those of
+        // step t (forward), or of step t + 1 (backward; none at the last step); a block with
+        // none of them has no product this step
+        const int src_rows = Backward ? rows_at(p, t + 1) : rows;
+        const bool product = (!Backward || s > 0) && b0 < src_rows;
+        const bool mine = owns && out_b < rows;  // this thread's (row, column) is in step t
+        const int64_t at = first * S + k_own, at_g = first * 3 * S + kg_own;
         // this step's own operands, none written by another block: loaded first, they arrive
         // while the product runs
         A g_own[3] = {A(0), A(0), A(0)}, extra = A(0);
-        if (owns && t >= 0) {
+        if (mine && t >= 0) {
 #pragma unroll
-            for (int i = 0; i < 3; ++i) g_own[i] = prl::load(p.gates[t * gate + kg_own + i * S]);
+            for (int i = 0; i < 3; ++i) g_own[i] = prl::load(p.gates[at_g + i * S]);
             if (Backward) {
-                extra = prl::load(p.grad_output[t * cell + k_own]);
+                extra = prl::load(p.grad_output[at]);
             }
         }
         A old_cell = carried;
-        if (Backward && owns && t >= 0) old_cell = prl::load(t == 0 ? p.c0[k_own] : p.cells[(t - 1) * cell + k_own]);
+        if (Backward && mine && t >= 0)
+            old_cell = prl::load(t == 0 ? p.c0[k_own] : p.cells[(first - rows_at(p, t - 1)) * S + k_own]);
         if (product) {
-            // the left operand: h_{t-1}, or d_gates[t + 1]
-            const T *src = Backward ? p.d_gates + (t + 1) * gate : (t == 0 ? p.h0 : p.output + (t - 1) * cell);
-            if (p.vec) stage_rows<T, A, KC, V>(staged, RS, src, b0, BT, B, K, width);
-            else stage_rows<T, A, KC, 1>(staged, RS, src, b0, BT, B, K, width);
+            const T *src = Backward ? p.d_gates + before * 3 * S : (t == 0 ? p.h0 : p.output + before * S);
+            if (p.vec) stage_rows<T, A, KC, V>(staged, RS, src, b0, BT, src_rows, K, width);
+            else stage_rows<T, A, KC, 1>(staged, RS, src, b0, BT, src_rows, K, width);
             __syncthreads();
             if (kc < NK) {
                 for (int r = 0; r < BT; ++r) {
@@ -249,7 +279,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             }
             __syncthreads();
         }
-        if (owns) {
+        if (mine) {
             A sum[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -260,7 +290,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             if (Backward && t < 0) {  // d_h0 = d_gates[0] W_h
                 p.d_h0[k_own] = prl::store<T>(sum[0]);
             } else if (!Backward) {
-                T *g_t = p.gates + t * gate + kg_own;
+                T *g_t = p.gates + at_g;
                 A g[3], h, c_new;
 #pragma unroll
                 for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the step-by-step path reads them
@@ -270,9 +300,9 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 }
                 prl::lltm_forward_math<T>(g[0], g[1], g[2], old_cell, h, c_new);
                 const T c_stored = prl::store<T>(c_new);
-                p.output[t * cell + k_own] = prl::store<T>(h);
-                p.cells[t * cell + k_own] = c_stored;
-                if (t == p.steps - 1 && p.c_n) p.c_n[k_own] = c_stored;
+                p.output[at] = prl::store<T>(h);
+                p.cells[at] = c_stored;
+                if (p.c_n && out_b >= rows_at(p, t + 1)) p.c_n[k_own] = c_stored;  // the row's last step
                 carried = prl::load(c_stored);  // the next step reads the cell as stored
             } else {
                 // the gradient reaching h_t (rounded as the step-by-step path stores it), and new_cell's
@@ -280,13 +310,17 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 A d[3], d_cell;
                 prl::lltm_backward_math<T>(grad_h, carried, g_own[0], g_own[1], g_own[2], old_cell, d[0], d[1], d[2],
                                            d_cell);
-                T *dg = p.d_gates + t * gate + kg_own;
+                T *dg = p.d_gates + at_g;
 #pragma unroll
                 for (int i = 0; i < 3; ++i) dg[i * S] = prl::store<T>(d[i]);
                 const T d_cell_stored = prl::store<T>(d_cell);
                 carried = prl::load(d_cell_stored);
                 if (t == 0) p.d_c0[k_own] = d_cell_stored;
             }
+        }
+        if (!Backward) {
+            before = first;
+            first += rows;
         }
         if (s + 1 < phases) grid.sync();  // step t is written everywhere; also a block barrier
     }
@@ -485,6 +519,56 @@ SequenceArgs<T> forward_args(void *gates, const void *w_h, int64_t ldw, const vo
     return args;
 }
 
+// The recurrence's forward over all rows of every step (sizes NULL) or a packed batch's.
+prl_status sequence_forward(const char *fn, void *gates, const void *w_h, int64_t ldw, const void *h0, const void *c0,
+                            void *output, void *cells, void *c_n, const int64_t *sizes, int64_t steps, int64_t batch,
+                            int64_t state, int dtype, int device, void *stream) {
+    PRL_TRY(prl::check_sequence_forward_args(fn, gates, w_h, ldw, h0, c0, output, cells, steps, batch, state));
+    const int64_t all = steps * batch * state;
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (all == 0) return PRL_SUCCESS;
+        SequenceArgs<T> args = forward_args<T>(gates, w_h, ldw, h0, c0, output, cells, c_n, steps, batch, state);
+        args.sizes = sizes;
+        return launch_sequence<T, false>(fn, args, dtype, device, stream);
+    });
+}
+
+// The recurrence's backward, likewise.
+prl_status sequence_backward(const char *fn, const void *grad_output, const void *grad_c_n, const void *gates,
+                             const void *w_h, int64_t ldw, const void *c0, const void *cells, void *d_gates,
+                             void *d_h0, void *d_c0, const int64_t *sizes, int64_t steps, int64_t batch,
+                             int64_t state, int dtype, int device, void *stream) {
+    PRL_TRY(prl::check_sequence_backward_args(fn, grad_output, gates, w_h, ldw, c0, cells, d_gates, d_h0, d_c0, steps,
+                                              batch, state));
+    const int64_t all = steps * batch * state;
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (all == 0) return PRL_SUCCESS;
+        SequenceArgs<T> args = shared_args<T>(w_h, ldw, steps, batch, state);
+        args.grad_output = static_cast<const T *>(grad_output);
+        args.grad_c_n = static_cast<const T *>(grad_c_n);
+        args.gates = const_cast<T *>(static_cast<const T *>(gates));  // read only in the backward
+        args.c0 = static_cast<const T *>(c0);
+        args.cells = const_cast<T *>(static_cast<const T *>(cells));
+        args.d_gates = static_cast<T *>(d_gates);
+        args.d_h0 = static_cast<T *>(d_h0);
+        args.d_c0 = static_cast<T *>(d_c0);
+        args.sizes = sizes;
+        args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(d_gates);
+        return launch_sequence<T, true>(fn, args, dtype, device, stream);
+    });
+}
+
+// Copies n <= kUploadCount values carried in the kernel's parameters to dst.
+constexpr int kUploadCount = 480;  // 3840 bytes: with dst and n, within the 4 KiB of parameters any CUDA takes
+struct UploadChunk {
+    int64_t values[kUploadCount];
+};
+__global__ void upload_kernel(UploadChunk chunk, int64_t *dst, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = chunk.values[i];
+}
+
 }  // namespace
 
 extern "C" PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t state, int dtype, int device,
@@ -513,14 +597,39 @@ extern "C" PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const 
                                                              void *cells, void *c_n, int64_t steps, int64_t batch,
                                                              int64_t state, int dtype, int device, void *stream) {
     PRL_API_BEGIN
+    return sequence_forward(__func__, gates, w_h, ldw, h0, c0, output, cells, c_n, nullptr, steps, batch, state,
+                            dtype, device, stream);
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_packed_forward_cuda(void *gates, const void *w_h, int64_t ldw,
+                                                                    const void *h0, const void *c0, void *output,
+                                                                    void *cells, void *c_n,
+                                                                    const int64_t *batch_sizes, int64_t steps,
+                                                                    int64_t batch, int64_t state, int dtype,
+                                                                    int device, void *stream) {
+    PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_sequence_forward_args(fn, gates, w_h, ldw, h0, c0, output, cells, steps, batch, state));
-    const int64_t all = steps * batch * state;
-    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (all == 0) return PRL_SUCCESS;
-        return launch_sequence<T, false>(fn, forward_args<T>(gates, w_h, ldw, h0, c0, output, cells, c_n, steps,
-                                                             batch, state), dtype, device, stream);
+    if (batch_sizes == nullptr) return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'batch_sizes' is NULL", fn);
+    return sequence_forward(fn, gates, w_h, ldw, h0, c0, output, cells, c_n, batch_sizes, steps, batch, state, dtype,
+                            device, stream);
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_upload_cuda(void *dst, const int64_t *src, int64_t count, int device,
+                                              void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(prl::check_count(fn, "count", count));
+    PRL_TRY(prl::check_pointer(fn, "dst", dst, count));
+    PRL_TRY(prl::check_pointer(fn, "src", src, count));
+    return prl::cuda_launch(fn, device, [&] {
+        for (int64_t done = 0; done < count; done += kUploadCount) {
+            const int n = (int)(count - done < kUploadCount ? count - done : kUploadCount);
+            UploadChunk chunk;
+            memcpy(chunk.values, src + done, (size_t)n * sizeof(int64_t));
+            upload_kernel<<<1, 128, 0, static_cast<cudaStream_t>(stream)>>>(chunk, static_cast<int64_t *>(dst) + done, n);
+        }
     });
     PRL_API_END
 }
@@ -572,24 +681,19 @@ extern "C" PRL_API prl_status prl_lltm_sequence_backward_cuda(const void *grad_o
                                                               void *d_h0, void *d_c0, int64_t steps, int64_t batch,
                                                               int64_t state, int dtype, int device, void *stream) {
     PRL_API_BEGIN
+    return sequence_backward(__func__, grad_output, grad_c_n, gates, w_h, ldw, c0, cells, d_gates, d_h0, d_c0, nullptr,
+                             steps, batch, state, dtype, device, stream);
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_packed_backward_cuda(
+    const void *grad_output, const void *grad_c_n, const void *gates, const void *w_h, int64_t ldw, const void *c0,
+    const void *cells, void *d_gates, void *d_h0, void *d_c0, const int64_t *batch_sizes, int64_t steps,
+    int64_t batch, int64_t state, int dtype, int device, void *stream) {
+    PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(prl::check_sequence_backward_args(fn, grad_output, gates, w_h, ldw, c0, cells, d_gates, d_h0, d_c0, steps,
-                                              batch, state));
-    const int64_t all = steps * batch * state;
-    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (all == 0) return PRL_SUCCESS;
-        SequenceArgs<T> args = shared_args<T>(w_h, ldw, steps, batch, state);
-        args.grad_output = static_cast<const T *>(grad_output);
-        args.grad_c_n = static_cast<const T *>(grad_c_n);
-        args.gates = const_cast<T *>(static_cast<const T *>(gates));  // read only in the backward
-        args.c0 = static_cast<const T *>(c0);
-        args.cells = const_cast<T *>(static_cast<const T *>(cells));
-        args.d_gates = static_cast<T *>(d_gates);
-        args.d_h0 = static_cast<T *>(d_h0);
-        args.d_c0 = static_cast<T *>(d_c0);
-        args.vec = state % prl::kVec16<T> == 0 && prl::aligned16(d_gates);
-        return launch_sequence<T, true>(fn, args, dtype, device, stream);
-    });
+    if (batch_sizes == nullptr) return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'batch_sizes' is NULL", fn);
+    return sequence_backward(fn, grad_output, grad_c_n, gates, w_h, ldw, c0, cells, d_gates, d_h0, d_c0, batch_sizes,
+                             steps, batch, state, dtype, device, stream);
     PRL_API_END
 }
