@@ -391,11 +391,10 @@ OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the packed ro
 
 @contextlib.contextmanager
 def other_packed_route():
-    """The layer's other CUDA route for a pack while in the block: runs of equal batch size where
-    it would take one call per direction, one call (where it fits, as with
-    PYROUNDLIB_PERSISTENT_SEQUENCE=1) where it would take the runs; for the with-and-without
-    row of that route (benchmarks/NOTES.md)."""
-    layer, chosen = pyroundlib.layer, pyroundlib.layer._packed_in_one_call
+    """The layer's other CUDA route for a pack while in the block: the step loop where it would
+    take one library call per direction, one call (where it fits) where it would take the
+    loop; for the with-and-without row of that route (benchmarks/NOTES.md)."""
+    routes, chosen = pyroundlib.sequence, pyroundlib.sequence._packed_in_one_call
 
     def flipped(t, batch, state):
         if chosen(t, batch, state):
@@ -410,11 +409,11 @@ def other_packed_route():
                 del os.environ[var]
             else:
                 os.environ[var] = before
-    layer._packed_in_one_call = flipped
+    routes._packed_in_one_call = flipped
     try:
         yield
     finally:
-        layer._packed_in_one_call = chosen
+        routes._packed_in_one_call = chosen
 
 
 def layer_cases(device, steps, batch, features, state, label, packed):

@@ -26,8 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import sequence
 from ._common import DTYPE_CODES, Kernel, autocast_cast, check_like, check_tensor, ptr
-from .lltm import _pointwise_differentiable
+from .lltm import _forward_kernel as _cell_forward_kernel, _pointwise_differentiable
+from .sequence import _backward_parts_kernel
 
 _forward_kernel = Kernel("lltm_sequence_packed_forward")
 _backward_kernel = Kernel("lltm_sequence_packed_backward")
@@ -95,9 +97,14 @@ class PackedLLTMFunction(torch.autograd.Function):
         state, features = h0.shape[1], data.shape[1]
         gates = F.linear(data, weights[:, state:], bias)  # the input half of every row
         output, cells, c_n = data.new_empty(len(data), state), data.new_empty(len(data), state), torch.empty_like(c0)
-        _forward_kernel(data, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(), c0.data_ptr(),
-                        output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), pack.sizes.data_ptr(), pack.steps,
-                        pack.batch, state, DTYPE_CODES[data.dtype])
+        ctx.one_call = sequence._packed_in_one_call(data, pack.batch, state)
+        if ctx.one_call:
+            _forward_kernel(data, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
+                            c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), pack.sizes.data_ptr(),
+                            pack.steps, pack.batch, state, DTYPE_CODES[data.dtype])
+        else:
+            _forward_steps(gates, weights[:, :state], h0, c0, output, cells, pack)
+            torch.index_select(cells, 0, pack.last, out=c_n)
         ctx.save_for_backward(data, weights, bias, h0, c0, output, cells, gates)
         ctx.pack = pack
         return output, output.index_select(0, pack.last), c_n
@@ -114,13 +121,59 @@ class PackedLLTMFunction(torch.autograd.Function):
             grad_output = grad_output.index_add(0, pack.last, grad_h_n)
         d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
         grad_c_n = None if grad_c_n is None else grad_c_n.contiguous()  # held: the library reads it
-        _backward_kernel(data, grad_output.data_ptr(), ptr(grad_c_n),
-                         gates.data_ptr(), weights.data_ptr(), weights.shape[1], c0.data_ptr(), cells.data_ptr(),
-                         d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.sizes.data_ptr(), pack.steps,
-                         pack.batch, state, DTYPE_CODES[data.dtype])
+        if ctx.one_call:
+            _backward_kernel(data, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(), weights.data_ptr(),
+                             weights.shape[1], c0.data_ptr(), cells.data_ptr(), d_gates.data_ptr(), d_h0.data_ptr(),
+                             d_c0.data_ptr(), pack.sizes.data_ptr(), pack.steps, pack.batch, state,
+                             DTYPE_CODES[data.dtype])
+        else:
+            _backward_steps(grad_output, torch.zeros_like(c0) if grad_c_n is None else grad_c_n, gates,
+                            weights[:, :state], c0, cells, d_gates, d_h0, d_c0, pack)
         d_data = d_gates @ weights[:, state:]
         inputs = torch.cat([torch.cat([h0, output]).index_select(0, pack.previous), data], dim=1)
         return d_data, d_gates.t() @ inputs, d_gates.sum(0), d_h0, d_c0, None
+
+
+# ---- the recurrence step by step from Python: CUDA, where the persistent kernels do not fit ------
+
+def _row(t: Tensor, row: int) -> int:
+    """The address of row ``row`` of a contiguous 2-D tensor."""
+    return t.data_ptr() + row * t.shape[1] * t.element_size()
+
+
+def _forward_steps(gates, w_h, h0, c0, output, cells, pack: Pack) -> None:
+    """Each step's product over its rows, added into its gates (the input half already there),
+    then the cell's pointwise kernel, which writes its rows of output and cells."""
+    state, code = h0.shape[1], DTYPE_CODES[gates.dtype]
+    h, c, row = h0, c0, 0
+    for rows in pack.host_sizes:
+        gates[row:row + rows].addmm_(h[:rows], w_h.t())
+        _cell_forward_kernel(gates, _row(gates, row), c.data_ptr(), _row(output, row), _row(cells, row), rows,
+                             state, code)
+        h, c, row = output[row:row + rows], cells[row:row + rows], row + rows
+
+
+def _backward_steps(grad_output, grad_c_n, gates, w_h, c0, cells, d_gates, d_h0, d_c0, pack: Pack) -> None:
+    """The reverse loop: step t's pointwise backward adds the gradient reaching its new_h from
+    step t + 1 (``d_h``, rows of step t + 1; zero in the rows that end at t, never written) as it
+    reads grad_output; then that step's product gives step t - 1's.  d_cell alternates between
+    two buffers (a kernel's input and output must not overlap), both grad_c_n at first: a row's
+    entry is the gradient of its cell from the step after, or grad_c_n at its own last step,
+    where no later step has written it.  Step 0 writes d_c0."""
+    state, code, sizes = d_h0.shape[1], DTYPE_CODES[gates.dtype], pack.host_sizes
+    firsts = [0] * len(sizes)
+    for t in range(1, len(sizes)):
+        firsts[t] = firsts[t - 1] + sizes[t - 1]
+    d_h = torch.zeros_like(d_h0)
+    d_cell = (grad_c_n.clone(), grad_c_n.clone())
+    for t in range(len(sizes) - 1, -1, -1):
+        rows, row, later = sizes[t], firsts[t], sizes[t + 1] if t + 1 < len(sizes) else 0
+        old_cell = c0.data_ptr() if t == 0 else _row(cells, firsts[t - 1])
+        d_cell_out = d_c0 if t == 0 else d_cell[t % 2]
+        _backward_parts_kernel(gates, _row(grad_output, row), d_h.data_ptr() if later else None, 1 if later else 0,
+                               d_cell[(t + 1) % 2].data_ptr(), _row(gates, row), old_cell, _row(d_gates, row),
+                               d_cell_out.data_ptr(), rows, state, code)
+        torch.mm(d_gates[row:row + rows], w_h, out=d_h0 if t == 0 else d_h[:rows])
 
 
 def _differentiable(data, weights, bias, h0, c0, pack: Pack):

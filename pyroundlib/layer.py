@@ -6,11 +6,8 @@ direction runs the sequence flipped in time and flips its output back.  Layer k 
 D*S features of layer k - 1 (both directions concatenated), with dropout in between in
 training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k}``,
 ``bias_l{k}`` and ``..._reverse``, each in the cell's layout ([3S, S + input width] and [3S]).
-A PackedSequence runs one library call per layer and direction that takes the pack's batch
-sizes (``_packed.py``: the CPU loop, CUDA's persistent kernels), or, where those do not run
-(``sequence._packed_in_one_call``), as runs of steps of equal batch size, one ``lltm_sequence``
-each over the rows still running (``_packed_forward``, ``_packed_reverse``).  A padded batch is
-one such run.
+A PackedSequence runs as one autograd node per layer and direction whose recurrence takes the
+pack's batch sizes (``_packed.py``), each sequence exactly its own steps.
 """
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
 from ._packed import Pack, packed_direction
-from .sequence import _packed_in_one_call, lltm_sequence
+from .sequence import lltm_sequence
 
 
 class LLTMLayer(torch.nn.Module):
@@ -128,9 +125,7 @@ class LLTMLayer(torch.nn.Module):
             state, legacy = tuple(t.unsqueeze(0) for t in state), True
         if state is not None:
             state = self._check_state(state, layers, batch, batched)
-        steps = x.shape[0]  # a padded batch is one run of `steps` steps of `batch` rows
-        data, h_n, c_n = self._layers(x.reshape(steps * batch, x.shape[2]), [(0, steps, batch, 0)], batch, state)
-        x = data.view(steps, batch, data.shape[1])
+        x, h_n, c_n = self._layers(x, batch, state)
         if legacy:
             h_n, c_n = h_n[0], c_n[0]
         if not batched:
@@ -138,32 +133,23 @@ class LLTMLayer(torch.nn.Module):
         return (x.transpose(0, 1) if self.batch_first else x), (h_n, c_n)
 
     def _forward_packed(self, packed: PackedSequence, state):
-        """A PackedSequence: each sequence runs exactly its own length, no padding computed.  Each
-        layer and direction is one library call that takes the pack's sizes (``Pack``) where
-        ``_packed_in_one_call`` says so; otherwise the pack's steps fall in runs of equal batch
-        size (its sequences sorted by length, longest first), each one ``lltm_sequence`` over
-        the rows still running, whose data are contiguous in the pack; the rows that end
-        before a run keep their state."""
+        """A PackedSequence: each sequence runs exactly its own length, no padding computed
+        (``_packed.py``)."""
         data, batch_sizes, sorted_indices, unsorted_indices = packed
-        sizes = batch_sizes.tolist()
-        directions = 2 if self.bidirectional else 1
-        batch = sizes[0] if sizes else 0
+        pack = Pack(batch_sizes, data.device)
         if state is not None:
-            state = self._check_state(state, self.num_layers * directions, batch, True)
+            state = self._check_state(state, self.num_layers * (2 if self.bidirectional else 1), pack.batch, True)
             if sorted_indices is not None:
                 state = [t.index_select(1, sorted_indices) for t in state]
-        if _packed_in_one_call(data, batch, self.state_size):
-            x, h_n, c_n = self._layers(data, None, batch, state, Pack(batch_sizes, data.device))
-        else:
-            x, h_n, c_n = self._layers(data, _runs(sizes), batch, state)
+        x, h_n, c_n = self._layers(data, pack.batch, state, pack)
         if unsorted_indices is not None:
             h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
         return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
 
-    def _layers(self, x: Tensor, runs, batch: int, state, pack: Optional[Pack] = None):
-        """Every layer and direction over x, a pack's data [N, features], given as runs of
-        (first step, steps, rows, offset) or, for the library's packed loop (CPU), as a Pack;
-        state checked, or None.  -> (output data [N, D*S], h_n, c_n)."""
+    def _layers(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None):
+        """Every layer and direction over x, a padded batch [T, B, features] or, with its Pack, a
+        pack's data [N, features]; state checked, or None.  -> (output, h_n, c_n), the output
+        shaped as x with D*S features."""
         directions = 2 if self.bidirectional else 1
         h_n, c_n = [], []
         for k in range(self.num_layers):
@@ -173,17 +159,18 @@ class LLTMLayer(torch.nn.Module):
                 weights = getattr(self, f"weights{suffix}")
                 bias = getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)
                 if state is None:
-                    h0 = c0 = x.new_zeros(batch, self.state_size)
+                    h0, c0 = x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size)
                 else:
                     h0, c0 = state[0][k * directions + d], state[1][k * directions + d]
                 if pack is not None:
                     output, h, c = packed_direction(x, pack, weights, bias, h0, c0, reverse=bool(d))
-                else:
-                    output, h, c = (_packed_reverse if d else _packed_forward)(x, runs, weights, bias, h0, c0)
+                else:  # the reverse direction: the batch flipped in time, and its output flipped back
+                    output, (h, c) = lltm_sequence(x.flip(0) if d else x, weights, bias, (h0, c0))
+                    output = output.flip(0) if d else output
                 outputs.append(output)
                 h_n.append(h)
                 c_n.append(c)
-            x = torch.cat(outputs, dim=1) if directions == 2 else outputs[0]
+            x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
             if self.dropout > 0 and self.training and k < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
         return x, torch.stack(h_n), torch.stack(c_n)
@@ -212,43 +199,3 @@ class LLTMLayer(torch.nn.Module):
                 text += f", {name}={getattr(self, attr)}"
         return text
 
-
-def _runs(sizes: List[int]) -> List[Tuple[int, int, int, int]]:
-    """A pack's steps as runs of equal batch size: (first step, steps, rows, offset of its data)."""
-    runs, t, offset = [], 0, 0
-    while t < len(sizes):
-        end = t
-        while end < len(sizes) and sizes[end] == sizes[t]:
-            end += 1
-        runs.append((t, end - t, sizes[t], offset))
-        offset += (end - t) * sizes[t]
-        t = end
-    return runs
-
-
-def _packed_forward(x: Tensor, runs, weights: Tensor, bias: Tensor, h: Tensor, c: Tensor):
-    """One direction over a pack, first step to last: (output data, h_n, c_n)."""
-    outputs = []
-    for _, steps, rows, offset in runs:
-        data = x[offset:offset + steps * rows].view(steps, rows, x.shape[1])
-        output, (h_run, c_run) = lltm_sequence(data, weights, bias, (h[:rows], c[:rows]))
-        outputs.append(output.reshape(steps * rows, output.shape[2]))
-        if rows < h.shape[0]:  # the rows that ended keep theirs
-            h_run, c_run = torch.cat([h_run, h[rows:]]), torch.cat([c_run, c[rows:]])
-        h, c = h_run, c_run
-    return torch.cat(outputs), h, c
-
-
-def _packed_reverse(x: Tensor, runs, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
-    """The reverse direction over a pack: each sequence from its own last step to its first; a
-    sequence joins, from its initial state, at the run where its last step is."""
-    outputs, h, c = [None] * len(runs), h0[:0], c0[:0]
-    for i in range(len(runs) - 1, -1, -1):
-        _, steps, rows, offset = runs[i]
-        data = x[offset:offset + steps * rows].view(steps, rows, x.shape[1]).flip(0)
-        joined = h.shape[0]
-        start = (h0[:rows], c0[:rows]) if joined == 0 else \
-            (torch.cat([h, h0[joined:rows]]), torch.cat([c, c0[joined:rows]]))
-        output, (h, c) = lltm_sequence(data, weights, bias, start)
-        outputs[i] = output.flip(0).reshape(steps * rows, output.shape[2])
-    return torch.cat(outputs), h, c

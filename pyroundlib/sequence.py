@@ -103,16 +103,16 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
 
 
 def _packed_in_one_call(t: Tensor, batch: int, state: int) -> bool:
-    """Whether a packed batch (``LLTMLayer``) runs each direction in one library call that takes
-    the pack's batch sizes (``_packed.py``): on the CPU always; on CUDA where ONE_CALL would
-    run a padded batch of every length (the persistent kernels, float32 and float64, or any
-    dtype with =1).  Otherwise the pack runs as runs of steps of equal batch size, each one
-    ``lltm_sequence`` taking its own route (layer.py)."""
-    if t.is_cpu:
-        return True
-    choice = os.environ.get(PERSISTENT_ENV_VAR, "")
-    return choice != "0" and (choice == "1" or t.dtype in _PERSISTENT_DTYPES) \
-        and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+    """Whether a packed batch (``LLTMLayer``) runs each direction's recurrence in one library
+    call that takes the pack's batch sizes (``_packed.py``): on the CPU always, on CUDA
+    wherever the persistent kernels fit, in every dtype.  Otherwise (and with =0) the step
+    loop from Python over each step's rows.  A pack's steps differ in size, so the step
+    loop is not replayed from CUDA graphs (a capture per pack would cost more than it saves),
+    and in 16-bit types the persistent kernels beat the loop run as it is: 0.04x its time
+    forward+backward at (50, 64, 256, 512) on an H100 (benchmarks/NOTES.md)."""
+    if os.environ.get(PERSISTENT_ENV_VAR, "") == "0":
+        return False
+    return t.is_cpu or _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
 
 
 _persistent_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit

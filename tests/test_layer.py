@@ -146,10 +146,14 @@ def test_dropout_between_layers_in_training_only(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_layers,bidirectional", [(1, False), (1, True), (3, False), (3, True)])
 @pytest.mark.parametrize("enforce_sorted", [True, False])
-def test_packed_sequences_each_at_its_own_length(device, num_layers, bidirectional, enforce_sorted):
+@pytest.mark.parametrize("route", ["", "0"], ids=["one-call", "step-loop"])
+def test_packed_sequences_each_at_its_own_length(monkeypatch, device, num_layers, bidirectional, enforce_sorted,
+                                                 route):
     """A PackedSequence against each sequence run alone at its own length by the reference:
     the output (a PackedSequence with the input's sorted_indices), h_n and c_n in the batch's
-    own order, and the gradients of the input, every parameter and the initial state."""
+    own order, and the gradients of the input, every parameter and the initial state; the
+    recurrence in one library call per direction, and as the step loop."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
     rnn = torch.nn.utils.rnn
     layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bidirectional=bidirectional, device=device,
                                  dtype=torch.float64)
@@ -422,23 +426,25 @@ def test_stacked_on_the_second_gpu(monkeypatch, route, packed):
     assert torch.cuda.current_device() == 0
 
 
-@requires_cuda
-@pytest.mark.parametrize("route", ["", "0", "1"], ids=["default", "runs", "one-call"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("route", ["", "0"], ids=["one-call", "step-loop"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_packed_routes_on_cuda(monkeypatch, route, dtype):
-    """Both CUDA routes of a pack (one library call per direction, or runs of equal batch size)
-    in every dtype against the CPU's float64 result, into memory the caching allocator filled
-    with NaN first: every output and gradient element written."""
+def test_packed_routes(monkeypatch, device, route, dtype):
+    """Both routes of a pack's recurrence (one library call per direction, or the step loop)
+    in every dtype against the CPU's float64 result; on CUDA into memory the caching allocator
+    filled with NaN first: every output and gradient element written."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
-    layer, x, state, loss = stacked_case("cuda", dtype, packed=True)
-    assert sequence._packed_in_one_call(x.data, 6, S) == (route == "1" or route == "" and dtype != torch.bfloat16)
-    poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]  # 64 MiB: small blocks
-    del poison
+    layer, x, state, loss = stacked_case(device, dtype, packed=True)
+    assert sequence._packed_in_one_call(x.data, 6, S) == (route == "")
+    if device == "cuda":
+        poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]  # 64 MiB: small blocks
+        del poison
     output, (h, c) = layer(x, state)
     value = loss((output, (h, c)))
     grads = torch.autograd.grad(value, list(layer.parameters()))
     for t in (output.data, h, c, *grads):
         assert not torch.isnan(t).any(), "elements not written"
+    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR)  # the float64 CPU result from the library's loop
     check_stacked(layer, x, state, loss, value, grads)
 
 
