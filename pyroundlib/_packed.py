@@ -136,21 +136,18 @@ class PackedLLTMFunction(torch.autograd.Function):
 
 # ---- the recurrence step by step from Python: CUDA, where the persistent kernels do not fit ------
 
-def _row(t: Tensor, row: int) -> int:
-    """The address of row ``row`` of a contiguous 2-D tensor."""
-    return t.data_ptr() + row * t.shape[1] * t.element_size()
-
-
 def _forward_steps(gates, w_h, h0, c0, output, cells, pack: Pack) -> None:
     """Each step's product over its rows, added into its gates (the input half already there),
-    then the cell's pointwise kernel, which writes its rows of output and cells."""
-    state, code = h0.shape[1], DTYPE_CODES[gates.dtype]
-    h, c, row = h0, c0, 0
-    for rows in pack.host_sizes:
-        gates[row:row + rows].addmm_(h[:rows], w_h.t())
-        _cell_forward_kernel(gates, _row(gates, row), c.data_ptr(), _row(output, row), _row(cells, row), rows,
-                             state, code)
-        h, c, row = output[row:row + rows], cells[row:row + rows], row + rows
+    then the cell's pointwise kernel, which writes its rows of output and cells.  The steps'
+    views are made at once (``split``): per step one torch op and one library call."""
+    state, code, w_t = h0.shape[1], DTYPE_CODES[gates.dtype], w_h.t()
+    h, c = h0, c0
+    for g, new_h, new_c in zip(gates.split(pack.host_sizes), output.split(pack.host_sizes),
+                               cells.split(pack.host_sizes)):
+        rows = len(g)
+        g.addmm_(h if len(h) == rows else h[:rows], w_t)
+        _cell_forward_kernel(g, g.data_ptr(), c.data_ptr(), new_h.data_ptr(), new_c.data_ptr(), rows, state, code)
+        h, c = new_h, new_c
 
 
 def _backward_steps(grad_output, grad_c_n, gates, w_h, c0, cells, d_gates, d_h0, d_c0, pack: Pack) -> None:
@@ -160,20 +157,17 @@ def _backward_steps(grad_output, grad_c_n, gates, w_h, c0, cells, d_gates, d_h0,
     two buffers (a kernel's input and output must not overlap), both grad_c_n at first: a row's
     entry is the gradient of its cell from the step after, or grad_c_n at its own last step,
     where no later step has written it.  Step 0 writes d_c0."""
-    state, code, sizes = d_h0.shape[1], DTYPE_CODES[gates.dtype], pack.host_sizes
-    firsts = [0] * len(sizes)
-    for t in range(1, len(sizes)):
-        firsts[t] = firsts[t - 1] + sizes[t - 1]
+    sizes = pack.host_sizes
+    state, code, steps = d_h0.shape[1], DTYPE_CODES[gates.dtype], len(sizes)
+    g, go, dg, old = gates.split(sizes), grad_output.split(sizes), d_gates.split(sizes), (c0, *cells.split(sizes))
     d_h = torch.zeros_like(d_h0)
     d_cell = (grad_c_n.clone(), grad_c_n.clone())
-    for t in range(len(sizes) - 1, -1, -1):
-        rows, row, later = sizes[t], firsts[t], sizes[t + 1] if t + 1 < len(sizes) else 0
-        old_cell = c0.data_ptr() if t == 0 else _row(cells, firsts[t - 1])
-        d_cell_out = d_c0 if t == 0 else d_cell[t % 2]
-        _backward_parts_kernel(gates, _row(grad_output, row), d_h.data_ptr() if later else None, 1 if later else 0,
-                               d_cell[(t + 1) % 2].data_ptr(), _row(gates, row), old_cell, _row(d_gates, row),
-                               d_cell_out.data_ptr(), rows, state, code)
-        torch.mm(d_gates[row:row + rows], w_h, out=d_h0 if t == 0 else d_h[:rows])
+    for t in range(steps - 1, -1, -1):
+        rows, later = sizes[t], sizes[t + 1] if t + 1 < steps else 0
+        _backward_parts_kernel(d_h0, go[t].data_ptr(), d_h.data_ptr() if later else None, 1 if later else 0,
+                               d_cell[(t + 1) % 2].data_ptr(), g[t].data_ptr(), old[t].data_ptr(), dg[t].data_ptr(),
+                               (d_c0 if t == 0 else d_cell[t % 2]).data_ptr(), rows, state, code)
+        torch.mm(dg[t], w_h, out=d_h0 if t == 0 else d_h[:rows])
 
 
 def _differentiable(data, weights, bias, h0, c0, pack: Pack):
