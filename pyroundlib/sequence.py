@@ -107,9 +107,9 @@ def _packed_in_one_call(t: Tensor, batch: int, state: int) -> bool:
     call that takes the pack's batch sizes (``_packed.py``): on the CPU always, on CUDA
     wherever the persistent kernels fit, in every dtype.  Otherwise (and with =0) the step
     loop from Python over each step's rows.  A pack's steps differ in size, so the step
-    loop is not replayed from CUDA graphs (a capture per pack would cost more than it saves),
-    and in 16-bit types the persistent kernels beat the loop run as it is: 0.04x its time
-    forward+backward at (50, 64, 256, 512) on an H100 (benchmarks/NOTES.md)."""
+    loop is not replayed from CUDA graphs (a capture per pack would rarely be replayed), and
+    the persistent kernels beat it in every dtype: 0.24x its time forward+backward in bfloat16,
+    0.32x in float32, at (50, 64, 256, 512) on an H100 (benchmarks/NOTES.md)."""
     if os.environ.get(PERSISTENT_ENV_VAR, "") == "0":
         return False
     return t.is_cpu or _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
