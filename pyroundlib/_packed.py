@@ -1,6 +1,8 @@
-"""The LLTM over a packed batch: each direction of a layer in one library call, every sequence
-run exactly its own steps (prl_lltm_sequence_packed_forward_* / _backward_*: the CPU loop, and
-CUDA's persistent kernels where they fit).
+"""The LLTM over a packed batch, every sequence run exactly its own steps: each direction of a
+layer is one autograd node whose recurrence is one library call (prl_lltm_sequence_packed_
+forward_* / _backward_*: the CPU loop, and CUDA's persistent kernels where they fit) or, where
+``sequence._packed_in_one_call`` says otherwise, the step loop from Python over each step's rows
+(``_forward_steps``, ``_backward_steps``).
 
 A ``PackedSequence``'s data hold step t's rows after those of the steps before it, its
 sequences sorted longest first, so step t has the first ``batch_sizes[t]`` rows of the batch.
@@ -13,8 +15,8 @@ each sequence at its own last step).  On CUDA the sizes reach the device through
 nothing waits for the GPU, and a CUDA graph that captures a call replays the same pack.
 
 ``PackedLLTMFunction``: one direction as one autograd node.  The input half of every step is
-one GEMM over all rows, the recurrence one library call; backward, the reverse recurrence one
-call and the input, weight and bias gradients three products over all rows.  When a graph of
+one GEMM over all rows, then the recurrence; backward, the reverse recurrence and the input,
+weight and bias gradients as three products over all rows.  When a graph of
 the gradient is being built (double backward), the backward differentiates the same
 recurrence written in torch ops (``_differentiable``) instead.
 """
