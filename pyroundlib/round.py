@@ -18,7 +18,7 @@ Layers:
 import torch
 from torch import Tensor
 
-from ._common import DTYPE_CODES, Kernel, check_tensor, define_op, function_for, has_tangent, signature_once
+from ._common import LIBRARY, DTYPE_CODES, Kernel, check_tensor, define_op, function_for, has_tangent, signature_once
 from .reference import round_ste_reference
 
 _round_kernel = Kernel("round")
@@ -47,6 +47,21 @@ def _straight_through(ctx, grad: Tensor) -> Tensor:
 
 define_op("round(Tensor x) -> Tensor", _round_op, _round_fake, backward=_zero_gradient)
 define_op("round_ste(Tensor x) -> Tensor", _round_op, _round_fake, backward=_straight_through, eager_twin=True)
+
+
+def _round_vmap(info, in_dims, x):
+    return torch.ops.pyroundlib.round_ste_no_autograd.default(x), in_dims[0]  # elementwise: the batch as a whole
+
+
+# Where no gradient is wanted (grad mode off, or x does not require grad: inference, an
+# optimiser step, vmap alone) eager ``round_ste`` calls the kernel's op directly, without
+# ``RoundSTEFunction.apply``: ~8 of its ~19 us of host time at 2^16 floats on the
+# development VM (benchmarks/NOTES.md).  Under vmap the op then needs a batching rule of its
+# own (``torch.library.register_vmap``, public from torch 2.4); a torch without it keeps the
+# Function.  Under torch.func.grad the input requires grad at its level, so the Function runs.
+DIRECT_WITHOUT_GRAD = hasattr(torch.library, "register_vmap")
+if DIRECT_WITHOUT_GRAD:
+    torch.library.register_vmap("pyroundlib::round_ste_no_autograd", _round_vmap, lib=LIBRARY)
 
 
 @signature_once
@@ -110,6 +125,9 @@ def round_ste(x: Tensor) -> Tensor:
     check_tensor("x", x)  # raises for bad input, naming x
     if has_tangent((x,)):  # forward mode: the idiom in torch ops (under torch.compile the op's tangent is lost)
         return round_ste_reference(x)
+    if (DIRECT_WITHOUT_GRAD and not (x.requires_grad and torch.is_grad_enabled())
+            and not torch.compiler.is_compiling() and not torch.jit.is_tracing()):
+        return torch.ops.pyroundlib.round_ste_no_autograd.default(x)  # eager, no gradient wanted (above)
     return function_for(torch.ops.pyroundlib.round_ste.default, _RoundSTENoJvp, RoundSTEFunction)(x)
 
 

@@ -106,7 +106,35 @@ def test_func_forward_mode_round_ste(device):
     assert torch.equal(func.jacfwd(pyroundlib.round_ste)(x), torch.eye(24, dtype=x.dtype, device=device))
 
 
-def test_func_vmap_round_ste(device):
+@pytest.fixture(params=[True, False], ids=["direct-without-grad", "function-always"])
+def round_route(request, monkeypatch):
+    """round_ste where no gradient is wanted: the op called directly (its own vmap rule), or,
+    as on a torch without torch.library.register_vmap, through RoundSTEFunction."""
+    if request.param and not pyroundlib.round.DIRECT_WITHOUT_GRAD:
+        pytest.skip("this torch has no torch.library.register_vmap")
+    monkeypatch.setattr(pyroundlib.round, "DIRECT_WITHOUT_GRAD", request.param)
+    return request.param
+
+
+def test_round_ste_skips_the_function_only_where_no_gradient_is_wanted(device, round_route, monkeypatch):
+    """No gradient wanted (grad mode off, inference mode, an input that does not require
+    grad): the same bits with or without the Function; wanted: the Function, straight through."""
+    calls = []
+    apply = pyroundlib.RoundSTEFunction.apply
+    monkeypatch.setattr(pyroundlib.RoundSTEFunction, "apply", lambda *a: calls.append(1) or apply(*a))
+    x = rounding_input(device)
+    with torch.no_grad():
+        assert torch.equal(pyroundlib.round_ste(x.requires_grad_()), torch.round(x))
+    with torch.inference_mode():
+        assert torch.equal(pyroundlib.round_ste(x.detach()), torch.round(x))
+    assert torch.equal(pyroundlib.round_ste(x.detach()), torch.round(x))
+    assert len(calls) == (0 if round_route else 3)
+    y = pyroundlib.round_ste(x)
+    assert len(calls) == (1 if round_route else 4) and y.requires_grad
+    assert torch.equal(torch.autograd.grad(y.sum(), x)[0], torch.ones_like(x))
+
+
+def test_func_vmap_round_ste(device, round_route):
     x = rounding_input(device).view(4, 6)
     assert torch.equal(func.vmap(pyroundlib.round_ste)(x), torch.round(x))
     assert torch.equal(func.vmap(pyroundlib.round_ste, in_dims=1)(x), torch.round(x).t())
