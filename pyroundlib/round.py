@@ -13,7 +13,8 @@ Layers:
   is what ``RoundSTEFunction`` calls in eager mode (the Function is the autograd node).
 - ``RoundSTEFunction`` gives the round the straight-through gradient; it is written for
   torch.func (``setup_context``, a ``vmap`` rule, and in eager mode a ``jvp``).
-- ``round_ste`` checks its argument and picks the route; ``RoundSTE`` is the module.
+- ``round_ste`` checks its argument and picks the route (where no gradient is wanted, the
+  ``_no_autograd`` op directly, which has a vmap rule of its own); ``RoundSTE`` is the module.
 """
 import torch
 from torch import Tensor
