@@ -44,7 +44,7 @@ class Pack:
     ``reverse``)."""
 
     def __init__(self, batch_sizes: Tensor, device: torch.device):
-        host = batch_sizes.to(torch.int64).contiguous()
+        host = batch_sizes.to("cpu", torch.int64).contiguous()  # the library reads it on the host
         self.host_sizes = host.tolist()
         if any(b > a for a, b in zip(self.host_sizes, self.host_sizes[1:])) or min(self.host_sizes, default=1) < 1:
             raise ValueError(f"batch_sizes must not grow and stay >= 1 (a PackedSequence's), got {self.host_sizes}")

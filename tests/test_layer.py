@@ -449,6 +449,15 @@ def test_packed_routes(monkeypatch, device, route, dtype):
 
 
 @requires_cuda
+def test_packed_batch_sizes_on_the_gpu_too():
+    """A PackedSequence built by hand with its batch_sizes on the GPU (torch's own are on the
+    CPU) gives the same result: the sizes are read on the host."""
+    layer, x, state, loss = stacked_case("cuda", torch.float64, packed=True)
+    on_gpu = torch.nn.utils.rnn.PackedSequence(x.data, x.batch_sizes.cuda(), x.sorted_indices, x.unsorted_indices)
+    torch.testing.assert_close(loss(layer(on_gpu, state)), loss(layer(x, state)))
+
+
+@requires_cuda
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 def test_stacked_on_a_busy_side_stream(packed):
     layer, x, state, loss = stacked_case("cuda", packed=packed)
