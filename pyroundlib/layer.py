@@ -137,6 +137,11 @@ class LLTMLayer(torch.nn.Module):
         (``_packed.py``)."""
         data, batch_sizes, sorted_indices, unsorted_indices = packed
         pack = Pack(batch_sizes, data.device)
+        if not isinstance(data, Tensor) or data.dim() != 2 or data.shape[0] != pack.rows \
+                or data.shape[1] != self.input_features:
+            raise ValueError(f"input (a PackedSequence) must hold data [sum(batch_sizes), input_features] = "
+                             f"[{pack.rows}, {self.input_features}], got "
+                             f"{list(data.shape) if isinstance(data, Tensor) else type(data).__name__}")
         if state is not None:
             state = self._check_state(state, self.num_layers * (2 if self.bidirectional else 1), pack.batch, True)
             if sorted_indices is not None:

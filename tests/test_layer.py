@@ -229,6 +229,20 @@ def test_gradcheck_packed_two_layers_both_directions(device):
     assert torch.autograd.gradgradcheck(fn, inputs)
 
 
+def test_malformed_packs_raise_naming_the_input():
+    """A hand-built PackedSequence whose data or sizes do not fit each other: a ValueError
+    before any kernel reads past a buffer."""
+    layer = pyroundlib.LLTMLayer(I, S, dtype=torch.float64)
+    pack = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(T, B, I, dtype=torch.float64), [5, 4, 2])
+    PackedSequence = torch.nn.utils.rnn.PackedSequence
+    cases = [(pack.data[:-1], pack.batch_sizes, "input"), (pack.data[:, :-1], pack.batch_sizes, "input"),
+             (pack.data, torch.tensor([1, 3, 3, 2, 2]), "batch_sizes"),
+             (pack.data, torch.tensor([3, 3, 3, 2, 0]), "batch_sizes")]
+    for data, sizes, what in cases:
+        with pytest.raises(ValueError, match=what):
+            layer(PackedSequence(data, sizes))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 def test_mixed_dtypes_raise_naming_the_argument(device, packed):
