@@ -386,30 +386,16 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
 
 LAYER_LABELS = ("float32 TF32 off", "bfloat16")  # the layer cases' precisions
 PADDED = "pyroundlib, padded"  # in the packed cases: our layer on the same batch padded to T
-OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the packed route not chosen
+OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the pack's step loop
 
 
 @contextlib.contextmanager
 def other_packed_route():
-    """The layer's other CUDA route for a pack while in the block: the step loop where it would
-    take one library call per direction, one call (where it fits) where it would take the
-    loop; for the with-and-without row of that route (benchmarks/NOTES.md)."""
+    """The pack's step loop while in the block: the other route where the layer takes one
+    library call per direction, the same route where the kernels do not fit; for the
+    with-and-without row of the one-call route (benchmarks/NOTES.md)."""
     routes, chosen = pyroundlib.sequence, pyroundlib.sequence._packed_in_one_call
-
-    def flipped(t, batch, state):
-        if chosen(t, batch, state):
-            return False
-        var = pyroundlib.sequence.PERSISTENT_ENV_VAR
-        before = os.environ.get(var)
-        os.environ[var] = "1"
-        try:
-            return chosen(t, batch, state)
-        finally:
-            if before is None:
-                del os.environ[var]
-            else:
-                os.environ[var] = before
-    routes._packed_in_one_call = flipped
+    routes._packed_in_one_call = lambda t, batch, state: False
     try:
         yield
     finally:

@@ -1,7 +1,10 @@
 // lltm_sequence_cuda.cu - the LLTM's recurrence over a whole sequence, one persistent
 // kernel per direction: prl_lltm_sequence_forward_cuda, prl_lltm_sequence_backward_cuda and
 // prl_lltm_sequence_cuda_fits; prl_lltm_sequence_persistent_forward_cuda runs the input half
-// of every step (a tiled product) before the forward's recurrence, in the same call.
+// of every step (a tiled product) before the forward's recurrence, in the same call;
+// prl_lltm_sequence_packed_forward_cuda / _backward_cuda run the same kernels over a packed
+// batch (step t over its first batch_sizes[t] rows), whose sizes prl_upload_cuda puts in
+// device memory.
 //
 // Run step by step, each step of the recurrence is a small GEMM (h_{t-1} [B, S] times
 // W_h^T [S, 3S]) and a pointwise launch: a few microseconds each, and at small batches
