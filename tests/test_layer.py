@@ -2,6 +2,7 @@
 batch_first, unbatched input, bias=False; against a plain-PyTorch reference (the tutorial's
 cell in a loop per layer and direction) in float64, and against nn.LSTM's shapes."""
 import itertools
+import re
 import warnings
 
 import pytest
@@ -464,11 +465,23 @@ def test_packed_routes(monkeypatch, device, route, dtype):
 
 @requires_cuda
 def test_packed_batch_sizes_on_the_gpu_too():
-    """A PackedSequence built by hand with its batch_sizes on the GPU (torch's own are on the
-    CPU) gives the same result: the sizes are read on the host."""
+    """A PackedSequence with its batch_sizes on the GPU (torch's own packs keep them on the
+    CPU; older torch let a hand-built pack have them there, newer torch's constructor refuses,
+    so it is made here as the named tuple it is) behaves as it does for nn.LSTM: the same
+    result (the sizes are read on the host), or the same refusal where torch refuses such a
+    pack for the output."""
     layer, x, state, loss = stacked_case("cuda", torch.float64, packed=True)
-    on_gpu = torch.nn.utils.rnn.PackedSequence(x.data, x.batch_sizes.cuda(), x.sorted_indices, x.unsorted_indices)
-    torch.testing.assert_close(loss(layer(on_gpu, state)), loss(layer(x, state)))
+    on_gpu = torch.nn.utils.rnn.PackedSequence._make(
+        (x.data, x.batch_sizes.cuda(), x.sorted_indices, x.unsorted_indices))
+    assert on_gpu.batch_sizes.is_cuda
+    lstm = torch.nn.LSTM(x.data.shape[1], 3, device="cuda", dtype=torch.float64)
+    try:
+        lstm(on_gpu)
+    except ValueError as refusal:
+        with pytest.raises(ValueError, match=re.escape(str(refusal)[:40])):
+            layer(on_gpu, state)
+    else:
+        torch.testing.assert_close(loss(layer(on_gpu, state)), loss(layer(x, state)))
 
 
 @requires_cuda
