@@ -46,10 +46,13 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           and T*B*S < FUSED_MAX_WORK): short sequences of small states, where a torch GEMM's
 #           host time would outweigh its work.  A step is serial in S + I, so past
 #           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.
-# ONE_CALL  The recurrence in one library call per direction.  CUDA, float32 and float64, where
-#           the recurrent weights fit in the registers of one co-resident grid (the persistent
-#           kernels): from PERSISTENT_MIN_STEPS steps or PERSISTENT_MIN_WORK on, and at any
-#           length where the step loop would not be replayed (below).  CPU, every dtype and
+# ONE_CALL  The recurrence in one library call per direction.  CUDA, where the recurrent weights
+#           fit in the registers of one co-resident grid (the persistent kernels): float32 and
+#           float64, and float16/bfloat16 while a step's product is small (B*S*S at most
+#           PERSISTENT_16BIT_MAX_WORK; the kernels compute in float on CUDA cores, and past that
+#           cuBLAS's tensor cores make the replayed loop faster), from PERSISTENT_MIN_STEPS
+#           steps or PERSISTENT_MIN_WORK on, and at any length where the step loop would not be
+#           replayed (below).  CPU, every dtype and
 #           size: the library splits each call among torch's threads as the machine and the
 #           sizes allow (by batch rows, or step by step by columns: Plan in
 #           native/src/lltm_sequence_cpu.cpp), and its products are as fast as torch's GEMMs
@@ -65,15 +68,18 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           graphs bought 3% there and held ~1 GB at (100, 256, 512, 1024)); and with
 #           PYROUNDLIB_CUDA_GRAPHS=0.
 #
-# PYROUNDLIB_PERSISTENT_SEQUENCE=1 takes ONE_CALL wherever it fits (16-bit types too: the
-# persistent kernels compute in float on CUDA cores, slower there than cuBLAS's tensor cores),
-# =fused FUSED wherever it fits, =0 neither.
+# PYROUNDLIB_PERSISTENT_SEQUENCE=1 takes ONE_CALL wherever it fits (16-bit types at any
+# B*S*S too), =fused FUSED wherever it fits, =0 neither.
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
 FUSED, ONE_CALL, REPLAYED, STEPS = "fused", "one call", "replayed steps", "steps"
 FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
 FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels beat the replayed loop
 PERSISTENT_MIN_STEPS = 16  # T from which they beat it at any T * B * S
+# B * S * S up to which a 16-bit step's product on CUDA cores (the persistent kernels) beats the
+# replayed loop's tensor-core GEMMs (H200, 2026-11-26, benchmarks/sweep.py: at (200, 32, 128, 256)
+# 0.71-0.77x its time, at (1000, 64, 256, 256) 0.86-0.96x, past it at (500, 32, 512, 512) 1.02-1.26x)
+PERSISTENT_16BIT_MAX_WORK = 1 << 22
 # A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
 # replays; the loops launch about 2T + 2 and 2T + 8 kernels: from this many steps on, the
 # replay costs less host time than the loop run as it is.
@@ -90,7 +96,8 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
         return ONE_CALL if choice != "0" and accepted else STEPS
     tensor_cores = t.dtype in _TENSOR_CORE_DTYPES or (t.dtype == torch.float32
                                                        and torch.backends.cuda.matmul.allow_tf32)
-    persistent = choice != "0" and (choice == "1" or t.dtype in _PERSISTENT_DTYPES) \
+    persistent = choice != "0" and (choice == "1" or t.dtype in _PERSISTENT_DTYPES
+                                    or batch * state * state <= PERSISTENT_16BIT_MAX_WORK) \
         and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
     fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
         and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)

@@ -464,6 +464,40 @@ def test_packed_routes(monkeypatch, device, route, dtype):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype,state", [(torch.float32, 64), (torch.float32, 100), (torch.bfloat16, 64),
+                                         (torch.bfloat16, 100), (torch.float64, 32), (torch.float64, 40)], ids=str)
+def test_packed_one_call_with_one_and_several_column_tiles(dtype, state):
+    """A pack through the persistent kernels where one block holds every state column (float32
+    and bfloat16 up to S = 64, float64 up to 32: each block reads back only its own rows, its
+    steps separated by its own barrier) and where the columns span several blocks (the grid's
+    barrier): output, h_n, c_n and every gradient against the tutorial cell in float64, each
+    sequence run alone."""
+    torch.manual_seed(0)
+    lengths = [9, 2, 6, 9, 4, 1, 7]
+    layer = pyroundlib.LLTMLayer(I, state, bidirectional=True, device="cuda", dtype=dtype)
+    x = torch.randn(max(lengths), len(lengths), I, device="cuda", dtype=dtype, requires_grad=True)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+    assert sequence._packed_in_one_call(packed.data, len(lengths), state)
+    output, (h, c) = layer(packed)
+    padded = torch.nn.utils.rnn.pad_packed_sequence(output)[0]
+    weights = [torch.randn_like(t) for t in (padded, h, c)]
+    grads = torch.autograd.grad(sum((g * w).sum() for g, w in zip((padded, h, c), weights)),
+                                [x, *layer.parameters()])
+    ref = pyroundlib.LLTMLayer(I, state, bidirectional=True, dtype=torch.float64)
+    ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
+    ref_x = x.detach().cpu().double().requires_grad_()
+    want = packed_reference(ref, ref_x, lengths)
+    want_grads = torch.autograd.grad(sum((g * w.cpu().double()).sum() for g, w in zip(want, weights)),
+                                     [ref_x, *ref.parameters()])
+    for got, expected in zip((padded, h, c, *grads), (*want, *want_grads)):
+        got = got.detach().cpu().double()
+        if dtype == torch.bfloat16:  # rounding of every stored step
+            assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
+        else:
+            torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
+
+
+@requires_cuda
 def test_packed_batch_sizes_on_the_gpu_too():
     """A PackedSequence with its batch_sizes on the GPU (torch's own packs keep them on the
     CPU; older torch let a hand-built pack have them there, newer torch's constructor refuses,

@@ -659,7 +659,11 @@ CUDA_ROUTES = [
     (torch.float32, (8, 32, 8, 64), False, sequence.FUSED),  # short, small: the fused kernels
     (torch.bfloat16, (8, 32, 8, 64), False, sequence.FUSED),
     (torch.float64, (8, 32, 8, 64), False, sequence.FUSED),
-    (torch.float16, (200, 32, 8, 64), False, sequence.FUSED),  # 16-bit: no persistent kernels to prefer
+    (torch.float16, (200, 32, 8, 64), False, sequence.ONE_CALL),  # 16-bit, a small product: persistent
+    (torch.bfloat16, (200, 32, 128, 256), False, sequence.ONE_CALL),
+    (torch.bfloat16, (1000, 64, 256, 256), False, sequence.ONE_CALL),  # B*S*S at PERSISTENT_16BIT_MAX_WORK
+    (torch.bfloat16, (500, 32, 512, 512), False, sequence.REPLAYED),  # past it: tensor-core GEMMs, replayed
+    (torch.float16, (64, 32, 8, 64), False, sequence.FUSED),  # up to FUSED_MAX_STEPS: the fused kernels
     (torch.float32, (64, 32, 8, 64), False, sequence.FUSED),
     (torch.float32, (65, 32, 8, 64), False, sequence.ONE_CALL),  # past FUSED_MAX_STEPS: the persistent kernels
     (torch.float32, (50, 64, 256, 512), False, sequence.ONE_CALL),  # T*B*S at FUSED_MAX_WORK

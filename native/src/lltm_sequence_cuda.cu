@@ -18,7 +18,12 @@
 //     fixed order (the result does not depend on scheduling), and the thread that owns a
 //     (row, column) applies the pointwise cell of lltm.h to it;
 //   - then the whole grid waits (cooperative_groups' grid sync) until step t's h is
-//     written before any block starts step t + 1.
+//     written before any block starts step t + 1;
+//   - unless one block holds every state column (JT >= S: small states).  Rows do not
+//     depend on each other, so a block then reads only the rows it wrote itself: its
+//     owners put step t's h (d_gates, backward) straight into the staged rows, and the
+//     block's own barrier separates the steps.  The grid barrier, a round trip through L2
+//     for every block, was most of a step's time there.
 // The backward runs the same machine over d_gates[t+1] [B, 3S] times W_h [3S, S] (the
 // gradient reaching h_t), followed by the pointwise backward of step t; a last phase forms
 // d_h0 = d_gates[0] W_h.  Cross-block data is read with ld.global.cg (L2, not the
@@ -63,6 +68,7 @@ template <typename T> struct SequenceArgs {
     int steps, batch, state;
     int jt, bt;              // the tile: JT state columns x BT batch rows per block
     int vec;                 // 1: every staged row starts 16-byte aligned (16-byte loads)
+    int local;               // 1: one column tile (JT >= S): a block's product reads only rows it writes
 };
 
 // A value another block wrote during this kernel, read from L2.
@@ -211,6 +217,16 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     cg::grid_group grid = cg::this_grid();
     const int phases = Backward ? p.steps + 1 : p.steps;
     const int width = NK * KC;
+    // One column tile: every column of a row is in this block, so the product's operand (h_{t-1},
+    // or d_gates[t+1]) is what this block's owners wrote the step before.  They write it into
+    // the staged rows too (as stored, rounded to T), and the steps are separated by the block's
+    // barrier, not the grid's: no block waits for another.  The backward's rows start at zero
+    // (a row not yet begun contributes nothing).
+    const bool local = p.local;
+    if (local && Backward) {
+        for (int i = tid; i < BT * RS; i += blockDim.x) staged[i] = A(0);
+        __syncthreads();
+    }
     // Step t's rows start at row `first` of the step-major buffers (t * B when every step has
     // all B rows); a row past a packed step's size has ended (forward: its state is final) or
     // not yet begun (backward: its gradient is still grad_c_n) and is left alone.
@@ -252,9 +268,11 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         if (Backward && mine && t >= 0)
             old_cell = prl::load(t == 0 ? p.c0[k_own] : p.cells[(first - rows_at(p, t - 1)) * S + k_own]);
         if (product) {
-            const T *src = Backward ? p.d_gates + before * 3 * S : (t == 0 ? p.h0 : p.output + before * S);
-            if (p.vec) stage_rows<T, A, KC, V>(staged, RS, src, b0, BT, src_rows, K, width);
-            else stage_rows<T, A, KC, 1>(staged, RS, src, b0, BT, src_rows, K, width);
+            if (!local || (!Backward && t == 0)) {
+                const T *src = Backward ? p.d_gates + before * 3 * S : (t == 0 ? p.h0 : p.output + before * S);
+                if (p.vec) stage_rows<T, A, KC, V>(staged, RS, src, b0, BT, src_rows, K, width);
+                else stage_rows<T, A, KC, 1>(staged, RS, src, b0, BT, src_rows, K, width);
+            }
             __syncthreads();
             if (kc < NK) {
                 for (int r = 0; r < BT; ++r) {
@@ -302,8 +320,9 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                     g[i] = prl::load(stored);
                 }
                 prl::lltm_forward_math<T>(g[0], g[1], g[2], old_cell, h, c_new);
-                const T c_stored = prl::store<T>(c_new);
-                p.output[at] = prl::store<T>(h);
+                const T c_stored = prl::store<T>(c_new), h_stored = prl::store<T>(h);
+                p.output[at] = h_stored;
+                if (local) staged[out_r * RS + (out_j / KC) * (KC + kPad) + out_j % KC] = prl::load(h_stored);
                 p.cells[at] = c_stored;
                 if (p.c_n && out_b >= rows_at(p, t + 1)) p.c_n[k_own] = c_stored;  // the row's last step
                 carried = prl::load(c_stored);  // the next step reads the cell as stored
@@ -315,7 +334,14 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                                            d_cell);
                 T *dg = p.d_gates + at_g;
 #pragma unroll
-                for (int i = 0; i < 3; ++i) dg[i * S] = prl::store<T>(d[i]);
+                for (int i = 0; i < 3; ++i) {
+                    const T stored = prl::store<T>(d[i]);
+                    dg[i * S] = stored;
+                    if (local) {
+                        const int c = i * S + out_j;
+                        staged[out_r * RS + (c / KC) * (KC + kPad) + c % KC] = prl::load(stored);
+                    }
+                }
                 const T d_cell_stored = prl::store<T>(d_cell);
                 carried = prl::load(d_cell_stored);
                 if (t == 0) p.d_c0[k_own] = d_cell_stored;
@@ -325,7 +351,10 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             before = first;
             first += rows;
         }
-        if (s + 1 < phases) grid.sync();  // step t is written everywhere; also a block barrier
+        if (s + 1 < phases) {  // step t is written everywhere (local: in this block)
+            if (local) __syncthreads();
+            else grid.sync();
+        }
     }
 }
 
@@ -420,6 +449,7 @@ template <typename T, bool Backward>
 prl_status launch_planned(const char *fn, SequenceArgs<T> args, const Plan &plan, void *stream) {
     args.jt = plan.shape.jt;
     args.bt = plan.bt;
+    args.local = plan.shape.jt >= args.state;
     void *params[] = {&args};
     const cudaError_t err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(), dim3(plan.blocks),
                                                         dim3(plan.shape.threads), params, (size_t)plan.smem,

@@ -112,7 +112,7 @@ template <typename T> static void lltm_case(int dtype, int64_t batch, int64_t st
     for (T *p : {d_gates, d_cell, d_grad, h, c, dg, dc, dg2, dc2, db}) cudaFree(p);
 }
 
-// The persistent sequence kernels (shared memory, a grid-wide barrier) and the input half before
+// The persistent sequence kernels (shared memory, a grid-wide or a block barrier) and the input half before
 // them: statuses here; the
 // Python tests check the values against a float64 reference.
 template <typename T> static void sequence_case(int dtype, int64_t steps, int64_t batch, int64_t state) {
@@ -173,7 +173,7 @@ int main() {
             lltm_case<uint16_t>(PRL_FLOAT16, 9, state, with_grad_h);
             lltm_case<uint16_t>(PRL_BFLOAT16, 9, state, with_grad_h);
         }
-    for (int64_t state : {64, 33}) {
+    for (int64_t state : {64, 33, 100}) {  // one column tile (float32, bfloat16 at 64 and 33) or several
         sequence_case<float>(PRL_FLOAT32, 4, 7, state);
         sequence_case<double>(PRL_FLOAT64, 3, 5, state);
         sequence_case<uint16_t>(PRL_BFLOAT16, 3, 9, state);
