@@ -207,3 +207,20 @@ def test_pointwise_graphs_runs():
     for line in lines[1:]:
         forward, backward = (float(part.split()[-1]) for part in line.split(": ")[1].split(", "))
         assert forward > 0 and backward > 0
+
+
+@requires_cuda
+def test_sweep_runs(tmp_path):
+    """benchmarks/sweep.py on one shape, both dtypes and modes, writes its table with the
+    route taken, the persistent variant where the kernels fit and (bfloat16) the float32 time,
+    without FlashRNN when not asked for."""
+    import sweep
+    sweep.main(["--only", "(50,1,64,64)", "--rounds", "1", "--out", str(tmp_path)])
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert len(results["results"]) == 4
+    assert set(results["meta"]["routes"].values()) <= {"fused", "one call", "replayed steps", "steps"}
+    for r in results["results"]:
+        assert sweep.LSTM in r["medians"] and sweep.PERSISTENT in r["medians"]
+        assert sweep.FLASHRNN not in r["medians"]
+        assert (sweep.AS_FLOAT32 in r["medians"]) == ("bfloat16" in r["case"])
+    assert "| (50,1,64,64) |" in (tmp_path / "results.md").read_text()
