@@ -463,14 +463,15 @@ def test_packed_routes(monkeypatch, device, route, dtype):
 
 
 @requires_cuda
-@pytest.mark.parametrize("dtype,state", [(torch.float32, 64), (torch.float32, 100), (torch.bfloat16, 64),
-                                         (torch.bfloat16, 100), (torch.float64, 32), (torch.float64, 40)], ids=str)
+@pytest.mark.parametrize("dtype,state", [(torch.float32, 64), (torch.float32, 100), (torch.float32, 300),
+                                         (torch.bfloat16, 64), (torch.bfloat16, 100), (torch.float64, 32),
+                                         (torch.float64, 40)], ids=str)
 def test_packed_one_call_with_one_and_several_column_tiles(dtype, state):
     """A pack through the persistent kernels where one block holds every state column (float32
-    and bfloat16 up to S = 64, float64 up to 32: each block reads back only its own rows, its
-    steps separated by its own barrier) and where the columns span several blocks (the grid's
-    barrier): output, h_n, c_n and every gradient against the tutorial cell in float64, each
-    sequence run alone."""
+    and bfloat16 up to S = 64, float64 up to 32: its steps separated by its own barrier), where
+    a few blocks do (S = 100 in float32, 40 in float64: one cluster per row tile on a GPU with
+    clusters) and where many do (S = 300: the grid's barrier): output, h_n, c_n and every
+    gradient against the tutorial cell in float64, each sequence run alone."""
     torch.manual_seed(0)
     lengths = [9, 2, 6, 9, 4, 1, 7]
     layer = pyroundlib.LLTMLayer(I, state, bidirectional=True, device="cuda", dtype=dtype)

@@ -636,6 +636,8 @@ def test_graphs_follow_the_matmul_precision(monkeypatch):
 @pytest.mark.parametrize("steps,batch,features,state", [
     (8, 32, 8, 64),      # the benchmark's small size: one column tile, one row per block
     (6, 64, 32, 512),    # the middle size's state: 16-column tiles, several rows per block
+    (5, 6, 4, 128),      # 4 column tiles: one cluster per row tile where the GPU has clusters
+    (4, 9, 5, 256),      # 16 column tiles: a cluster of 16 (non-portable) where it fits
     (5, 7, 3, 33),       # tiles that do not divide the batch or the state
     (3, 5, 2, 300),      # the reduction length not a multiple of a thread's chunk
     (3, 50, 40, 24),     # the input half's tiles: 150 rows, 72 gates, 40 features, none whole

@@ -47,6 +47,7 @@ namespace {
 
 constexpr int kSeqThreads = 256;  // threads per block, at most
 constexpr int kPad = 4;           // elements between chunks of a staged row (spreads them over the banks)
+constexpr int kMaxCluster = 16;   // blocks of a cluster at most (above 8: non-portable, sm_90)
 
 // Weights per thread: 96 float registers (48 doubles); the forward holds three gate rows of
 // KC columns each, the backward one column of 3 * KC rows.
@@ -69,6 +70,7 @@ template <typename T> struct SequenceArgs {
     int jt, bt;              // the tile: JT state columns x BT batch rows per block
     int vec;                 // 1: every staged row starts 16-byte aligned (16-byte loads)
     int local;               // 1: one column tile (JT >= S): a block's product reads only rows it writes
+    int cluster;             // > 1: the column tiles of a row tile are one thread-block cluster (sm_90+)
 };
 
 // A value another block wrote during this kernel, read from L2.
@@ -125,9 +127,10 @@ template <typename A, bool Backward> __host__ __device__ constexpr int row_strid
     return chunks * (kWeights<A, Backward> + kPad);
 }
 
-template <typename A, bool Backward> int64_t shared_bytes(const Shape &s, int bt) {
+// `buffers` staged row sets: one, or two for a cluster (a step reads one while the next is written).
+template <typename A, bool Backward> int64_t shared_bytes(const Shape &s, int bt, int buffers = 1) {
     constexpr int G = Backward ? 1 : 3;
-    const int64_t staged = (int64_t)bt * row_stride<A, Backward>(s.chunks);
+    const int64_t staged = (int64_t)buffers * bt * row_stride<A, Backward>(s.chunks);
     const int64_t partials = (int64_t)s.chunks * (bt * G * s.jt + kPad);
     return (staged + partials) * (int64_t)sizeof(A);
 }
@@ -169,6 +172,21 @@ __device__ __forceinline__ void stage_rows(A *staged, int row_stride, const T *s
     }
 }
 
+// A cluster's shared memory and barrier (sm_90+; a cluster is never planned on older devices).
+template <typename A> __device__ __forceinline__ void put_in_cluster(A *buf, int at, A value, int blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    for (int q = 0; q < blocks; ++q) cluster.map_shared_rank(buf, q)[at] = value;
+#else
+    (void)buf, (void)at, (void)value, (void)blocks;
+#endif
+}
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::this_cluster().sync();
+#endif
+}
+
 // The rows of step t: sizes[t] for a packed batch (0 outside the sequence), else batch.
 template <typename T> __device__ __forceinline__ int rows_at(const SequenceArgs<T> &p, int t) {
     if (t < 0 || t >= p.steps) return 0;
@@ -185,9 +203,10 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     const int K = Backward ? 3 * S : S;
     const int NK = (K + KC - 1) / KC;
     const int RS = row_stride<A, Backward>(NK), PS = BT * G * JT + kPad;
+    const bool clustered = p.cluster > 1;
     extern __shared__ __align__(16) unsigned char shared_raw[];
-    A *staged = reinterpret_cast<A *>(shared_raw);  // [BT][NK][KC + kPad]
-    A *partial = staged + BT * RS;                  // [NK][BT][G][JT] (+ kPad per chunk)
+    A *staged = reinterpret_cast<A *>(shared_raw);            // [buffers][BT][NK][KC + kPad]
+    A *partial = staged + (clustered ? 2 : 1) * BT * RS;      // [NK][BT][G][JT] (+ kPad per chunk)
 
     const int tid = threadIdx.x, kc = tid / JT, jj = tid % JT;
     const int j_tiles = (S + JT - 1) / JT;
@@ -222,11 +241,25 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     // the staged rows too (as stored, rounded to T), and the steps are separated by the block's
     // barrier, not the grid's: no block waits for another.  The backward's rows start at zero
     // (a row not yet begun contributes nothing).
-    const bool local = p.local;
-    if (local && Backward) {
-        for (int i = tid; i < BT * RS; i += blockDim.x) staged[i] = A(0);
-        __syncthreads();
+    // A cluster: the column tiles of a row tile are the blocks of one cluster, and the owners
+    // write into the staged rows of every block of it (distributed shared memory), into the
+    // buffer the next step reads (step s reads buffer s % 2: a block may still read this step's
+    // while another writes the next), and the cluster's barrier separates the steps.  Both
+    // buffers start at zero (their padding is read, and a row not yet begun contributes nothing).
+    const bool local = p.local, own_rows = local || clustered;
+    if ((local && Backward) || clustered) {
+        for (int i = tid; i < (clustered ? 2 : 1) * BT * RS; i += blockDim.x) staged[i] = A(0);
+        if (clustered) cluster_sync();
+        else __syncthreads();
     }
+    // writes value at column c of this thread's staged row, in the buffer the next step reads;
+    // never in the last step (no step reads it, and another block of the cluster may have
+    // exited: its shared memory is gone)
+    auto put = [&](A *buffer, int c, A value) {
+        const int at = out_r * RS + (c / KC) * (KC + kPad) + c % KC;
+        if (clustered) put_in_cluster(buffer, at, value, p.cluster);
+        else buffer[at] = value;
+    };
     // Step t's rows start at row `first` of the step-major buffers (t * B when every step has
     // all B rows); a row past a packed step's size has ended (forward: its state is final) or
     // not yet begun (backward: its gradient is still grad_c_n) and is left alone.
@@ -254,6 +287,8 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         const bool product = (!Backward || s > 0) && b0 < src_rows;
         const bool mine = owns && out_b < rows;  // this thread's (row, column) is in step t
         const int64_t at = first * S + k_own, at_g = first * 3 * S + kg_own;
+        A *const reads = clustered && (s & 1) ? staged + BT * RS : staged;  // this step's staged rows
+        A *const writes = clustered && !(s & 1) ? staged + BT * RS : staged;  // the next step's
         // this step's own operands, none written by another block: loaded first, they arrive
         // while the product runs
         A g_own[3] = {A(0), A(0), A(0)}, extra = A(0);
@@ -268,15 +303,15 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         if (Backward && mine && t >= 0)
             old_cell = prl::load(t == 0 ? p.c0[k_own] : p.cells[(first - rows_at(p, t - 1)) * S + k_own]);
         if (product) {
-            if (!local || (!Backward && t == 0)) {
+            if (!own_rows || (!Backward && t == 0)) {
                 const T *src = Backward ? p.d_gates + before * 3 * S : (t == 0 ? p.h0 : p.output + before * S);
-                if (p.vec) stage_rows<T, A, KC, V>(staged, RS, src, b0, BT, src_rows, K, width);
-                else stage_rows<T, A, KC, 1>(staged, RS, src, b0, BT, src_rows, K, width);
+                if (p.vec) stage_rows<T, A, KC, V>(reads, RS, src, b0, BT, src_rows, K, width);
+                else stage_rows<T, A, KC, 1>(reads, RS, src, b0, BT, src_rows, K, width);
             }
             __syncthreads();
             if (kc < NK) {
                 for (int r = 0; r < BT; ++r) {
-                    const A *a = staged + r * RS + kc * (KC + kPad);
+                    const A *a = reads + r * RS + kc * (KC + kPad);
                     constexpr int C = G == 1 ? 4 : 2;  // independent sums per output: FMA latency hidden
                     A acc[G][C];
 #pragma unroll
@@ -322,7 +357,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 prl::lltm_forward_math<T>(g[0], g[1], g[2], old_cell, h, c_new);
                 const T c_stored = prl::store<T>(c_new), h_stored = prl::store<T>(h);
                 p.output[at] = h_stored;
-                if (local) staged[out_r * RS + (out_j / KC) * (KC + kPad) + out_j % KC] = prl::load(h_stored);
+                if (own_rows && s + 1 < phases) put(writes, out_j, prl::load(h_stored));
                 p.cells[at] = c_stored;
                 if (p.c_n && out_b >= rows_at(p, t + 1)) p.c_n[k_own] = c_stored;  // the row's last step
                 carried = prl::load(c_stored);  // the next step reads the cell as stored
@@ -337,10 +372,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 for (int i = 0; i < 3; ++i) {
                     const T stored = prl::store<T>(d[i]);
                     dg[i * S] = stored;
-                    if (local) {
-                        const int c = i * S + out_j;
-                        staged[out_r * RS + (c / KC) * (KC + kPad) + c % KC] = prl::load(stored);
-                    }
+                    if (own_rows && s + 1 < phases) put(writes, i * S + out_j, prl::load(stored));
                 }
                 const T d_cell_stored = prl::store<T>(d_cell);
                 carried = prl::load(d_cell_stored);
@@ -351,8 +383,9 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             before = first;
             first += rows;
         }
-        if (s + 1 < phases) {  // step t is written everywhere (local: in this block)
-            if (local) __syncthreads();
+        if (s + 1 < phases) {  // step t is written everywhere (local: in this block; a cluster: in it)
+            if (clustered) cluster_sync();
+            else if (local) __syncthreads();
             else grid.sync();
         }
     }
@@ -363,6 +396,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
 struct Plan {
     Shape shape;
     int bt = 0, blocks = 0;
+    int cluster = 0;  // > 1: blocks per cluster (the column tiles), launched as clusters
     int64_t smem = 0;
     bool fits() const { return blocks > 0; }
 };
@@ -389,6 +423,47 @@ template <typename T, bool Backward> cudaError_t make_plan(int64_t batch, int64_
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (err != cudaSuccess) return err;
     const int64_t j_tiles = (state + shape.jt - 1) / shape.jt;
+    // sm_90 and later: the column tiles of a row tile as one cluster, where one fits (at most
+    // kMaxCluster blocks) and every cluster of the grid is resident at once
+    int major = 0;
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) return err;
+    if (major >= 9 && j_tiles > 1 && j_tiles <= kMaxCluster) {
+        const bool portable = j_tiles <= 8;
+        if (portable || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+            for (int64_t bt = 1;; bt *= 2) {
+                const int64_t smem = shared_bytes<A, Backward>(shape, (int)bt, 2);
+                if (smem > smem_max || bt * shape.jt > shape.threads) break;
+                const int64_t blocks = j_tiles * ((batch + bt - 1) / bt);
+                cudaLaunchAttribute attribute{};
+                attribute.id = cudaLaunchAttributeClusterDimension;
+                attribute.val.clusterDim.x = (unsigned)j_tiles;
+                attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+                cudaLaunchConfig_t config{};
+                config.gridDim = dim3((unsigned)blocks);
+                config.blockDim = dim3((unsigned)shape.threads);
+                config.dynamicSmemBytes = (size_t)smem;
+                config.attrs = &attribute;
+                config.numAttrs = 1;
+                int clusters = 0;
+                if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+                    (void)cudaGetLastError();  // no cluster of this size here: the grid barrier instead
+                    break;
+                }
+                if (blocks <= (int64_t)clusters * j_tiles) {
+                    plan.shape = shape;
+                    plan.bt = (int)bt;
+                    plan.blocks = (int)blocks;
+                    plan.smem = smem;
+                    plan.cluster = (int)j_tiles;
+                    return cudaSuccess;
+                }
+                if (bt >= batch) break;
+            }
+        } else {
+            (void)cudaGetLastError();
+        }
+    }
     for (int64_t bt = 1;; bt *= 2) {
         const int64_t smem = shared_bytes<A, Backward>(shape, (int)bt);
         if (smem > smem_max || bt * shape.jt > shape.threads) break;  // a thread finishes one (row, column)
@@ -450,11 +525,27 @@ prl_status launch_planned(const char *fn, SequenceArgs<T> args, const Plan &plan
     args.jt = plan.shape.jt;
     args.bt = plan.bt;
     args.local = plan.shape.jt >= args.state;
+    args.cluster = plan.cluster;
     void *params[] = {&args};
-    const cudaError_t err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(), dim3(plan.blocks),
-                                                        dim3(plan.shape.threads), params, (size_t)plan.smem,
-                                                        static_cast<cudaStream_t>(stream));
-    if (err != cudaSuccess) return prl::cuda_fail(fn, "the cooperative kernel launch", err);
+    cudaError_t err;
+    if (plan.cluster > 1) {  // no grid barrier: the row tiles' clusters are independent
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = (unsigned)plan.cluster;
+        attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(plan.blocks);
+        config.blockDim = dim3(plan.shape.threads);
+        config.dynamicSmemBytes = (size_t)plan.smem;
+        config.stream = static_cast<cudaStream_t>(stream);
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        err = cudaLaunchKernelExC(&config, kernel_of<T, Backward>(), params);
+    } else {
+        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(), dim3(plan.blocks), dim3(plan.shape.threads),
+                                          params, (size_t)plan.smem, static_cast<cudaStream_t>(stream));
+    }
+    if (err != cudaSuccess) return prl::cuda_fail(fn, "the persistent kernel launch", err);
     return PRL_SUCCESS;
 }
 
