@@ -23,13 +23,17 @@
 //     depend on each other, so a block then reads only the rows it wrote itself: its
 //     owners put step t's h (d_gates, backward) straight into the staged rows, and the
 //     block's own barrier separates the steps.  The grid barrier, a round trip through L2
-//     for every block, was most of a step's time there.
+//     for every block, was most of a step's time there;
+//   - or, on sm_90 and later, unless the column tiles of a row tile fit in one thread-block
+//     cluster (at most 16 blocks): the owners then write step t's h into the staged rows of
+//     every block of their cluster (distributed shared memory), and the cluster's barrier
+//     separates the steps.  Row tiles never wait for each other.
 // The backward runs the same machine over d_gates[t+1] [B, 3S] times W_h [3S, S] (the
 // gradient reaching h_t), followed by the pointwise backward of step t; a last phase forms
 // d_h0 = d_gates[0] W_h.  Cross-block data is read with ld.global.cg (L2, not the
 // per-SM L1, which other SMs' writes do not update).
 //
-// The grid must be co-resident: prl_lltm_sequence_cuda_fits says whether the weights and
+// The grid (or every cluster of it) must be co-resident: prl_lltm_sequence_cuda_fits says whether the weights and
 // tiles of a (batch, state) fit on the device; otherwise the caller runs the steps one by
 // one (prl_lltm_forward_cuda / prl_lltm_backward_cuda and its own GEMMs).
 #include <cooperative_groups.h>
