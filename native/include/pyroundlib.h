@@ -152,9 +152,10 @@ PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, const void *
  * loop (for short sequences and small states: no per-step call overhead) whose batch rows
  * are split among up to prl_cpu_threads() threads.
  *
- * prl_lltm_sequence_cuda_fits: *fits = 1 when (batch, state) in `dtype` fits in one
- *   co-resident grid of `device` (both directions), else 0; then run the steps one by
- *   one (prl_lltm_forward_cuda / prl_lltm_backward_cuda and GEMMs of your own).
+ * prl_lltm_sequence_cuda_fits: *fits = 1 when (batch, state) in `dtype` fits, both
+ *   directions, in one co-resident grid of `device` or (sm_90 and later) in thread-block
+ *   clusters all resident at once, else 0; then run the steps one by one
+ *   (prl_lltm_forward_cuda / prl_lltm_backward_cuda and GEMMs of your own).
  *
  * w_h: the first `state` columns of weights, rows 3*state, row stride `ldw` elements
  *   (ldw = state + input for a contiguous weights).
