@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import datetime
 import json
 import math
@@ -39,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import OURS, Case, fmt_time, run_case, tf32_settings, setting  # noqa: E402
+from bench import OURS, Case, case_settings, fmt_time, run_case, tf32_settings  # noqa: E402
 from cpu import route_env  # noqa: E402
 
 import pyroundlib  # noqa: E402
@@ -186,14 +185,6 @@ def markdown(meta, results) -> str:
     return "\n".join(lines)
 
 
-def route_of(steps, batch, features, state, label) -> str:
-    t = torch.empty(0, device="cuda", dtype=DTYPES[label])
-    with contextlib.ExitStack() as stack:
-        for owner, name, value in tf32_settings(False):
-            stack.enter_context(setting(owner, name, value))
-        return sequence._route(t, steps, batch, features, state)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -216,19 +207,17 @@ def main(argv=None):
             print(f"FlashRNN {size} {label}: " + ("compiled" if rc == 0 else f"failed ({rc}): {err}"), flush=True)
             if rc != 0:
                 notes.append(f"FlashRNN {size} {label} failed: {err}")
-    cases, routes = [], {}
+    cases = []  # (case, size, dtype label)
     for i, size in enumerate(SWEEP_SIZES):
         for label in DTYPES:
             for mode in MODES:
                 case = sweep_case(*size, label, mode, i in with_flashrnn)
                 if any(part in case.name for part in args.only.split("|")):
-                    cases.append(case)
-                    routes[case.name] = route_of(*size, label)
-    results = []
-    for case in cases:
-        with contextlib.ExitStack() as stack:
-            for owner, name, value in case.settings:
-                stack.enter_context(setting(owner, name, value))
+                    cases.append((case, size, label))
+    results, routes, applied = [], {}, []
+    for case, size, label in cases:
+        with case_settings(case, applied):  # the route as the default takes it under the case's settings
+            routes[case.name] = sequence._route(torch.empty(0, device="cuda", dtype=DTYPES[label]), *size)
             try:
                 result = run_case(case, torch.device("cuda"), args.rounds, 0.05)
             except Exception as e:  # noqa: BLE001 - a peer's failure is recorded, the sweep goes on
@@ -243,7 +232,7 @@ def main(argv=None):
               ", ".join(f"/{n} {v:.3f}" for n, v in result.ratios.items()), flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
             "pyroundlib": pyroundlib.__version__, "date": datetime.date.today().isoformat(), "rounds": args.rounds,
-            "routes": routes, "notes": notes}
+            "routes": routes, "settings": applied, "notes": notes}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": [r.__dict__ for r in results]}, indent=1))
