@@ -656,6 +656,52 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     check_repeatable(args)
 
 
+TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"  # read by the library when it plans a grid
+
+
+@requires_cuda
+@pytest.mark.parametrize("steps,batch,features,state", [
+    (8, 32, 8, 64),    # one column tile of 64 (tensor cores): 4 rows a block, the k-tiles in two
+    (5, 6, 4, 128),    # one column tile of 128: 2 rows a block, each warp the whole reduction
+    (5, 7, 3, 33),     # a state of no whole k-tiles
+    (4, 9, 5, 256),    # 4 column tiles of 64: a cluster of 4 where the GPU has clusters
+    (3, 5, 2, 300),    # 10 column tiles of 32
+    (6, 20, 32, 512),  # 16 column tiles of 32: a cluster of 16 (non-portable) where it fits
+    (3, 3, 2, 520),    # 33 column tiles of 16: the grid barrier (the CUDA cores' tiles do not fit)
+])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("tensor_cores", ["1", "0"], ids=["tensor-cores", "cuda-cores"])
+def test_persistent_kernels_16_bit(monkeypatch, steps, batch, features, state, dtype, tensor_cores):
+    """16-bit sequences on the persistent kernels, their products on tensor cores (sm_80+)
+    and, with PYROUNDLIB_TENSOR_CORES=0, on CUDA cores as older GPUs run them: the route
+    taken where each fits, the float64 reference matched, the same bits on every call."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    monkeypatch.setenv(TENSOR_CORES_ENV_VAR, tensor_cores)
+    monkeypatch.setattr(sequence, "_persistent_fits", {})  # asked again under this setting
+    args = seq_args(steps, batch, features, state, dtype, "cuda")
+    on_tensor_cores = tensor_cores == "1" and torch.cuda.get_device_capability()[0] >= 8
+    route = sequence._route(args[0], steps, batch, features, state)
+    assert (route == sequence.ONE_CALL) == (on_tensor_cores or state != 520)
+    check_against_reference(args, TOLERANCES[dtype])
+    check_repeatable(args)
+
+
+@requires_cuda
+@pytest.mark.skipif(CUDA and torch.cuda.get_device_capability()[0] < 8, reason="tensor cores: sm_80 and later")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_tensor_cores_switch(monkeypatch, dtype):
+    """PYROUNDLIB_TENSOR_CORES switches the 16-bit product: the two sum in other orders, so
+    some stored bits differ (the test above then ran both kernels), and neither strays."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    args = seq_args(20, 16, 8, 128, dtype, "cuda", requires_grad=False)
+    results = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv(TENSOR_CORES_ENV_VAR, setting)
+        results[setting] = ours(*args)[0].double()
+    assert not torch.equal(results["1"], results["0"])
+    torch.testing.assert_close(results["1"], results["0"], rtol=0.05, atol=0.05)
+
+
 # (dtype, (T, B, I, S), TF32 allowed) -> the route a CUDA call takes by default
 CUDA_ROUTES = [
     (torch.float32, (8, 32, 8, 64), False, sequence.FUSED),  # short, small: the fused kernels

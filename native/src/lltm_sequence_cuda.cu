@@ -38,9 +38,12 @@
 // one (prl_lltm_forward_cuda / prl_lltm_backward_cuda and its own GEMMs).
 #include <cooperative_groups.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "lltm.h"
@@ -52,6 +55,16 @@ namespace {
 constexpr int kSeqThreads = 256;  // threads per block, at most
 constexpr int kPad = 4;           // elements between chunks of a staged row (spreads them over the banks)
 constexpr int kMaxCluster = 16;   // blocks of a cluster at most (above 8: non-portable, sm_90)
+
+// The tensor-core product (float16/bfloat16 on sm_80+, mma.sync m16n8k16, accumulating in
+// float): 8 warps a block; warp (cg, ks) holds, as A fragments in registers, the weights of
+// column group cg (16 state columns: their three gate rows forward, the columns themselves
+// backward) over its share ks of the k-tiles (16 of the reduction each): at most kMmaTiles
+// k-tiles, 96 registers either way.
+constexpr int kMmaWarps = 8;
+constexpr int kMmaPad = 8;  // elements after a staged row (16 bytes: a row's words fall in distinct banks)
+template <bool Backward> constexpr int kMmaGates = Backward ? 1 : 3;
+template <bool Backward> constexpr int kMmaTiles = Backward ? 24 : 8;
 
 // Weights per thread: 96 float registers (48 doubles); the forward holds three gate rows of
 // KC columns each, the backward one column of 3 * KC rows.
@@ -109,9 +122,10 @@ __device__ __forceinline__ void fma4(double &acc, const double *w, double4_ a) {
 // The tile sizes of one direction, and the block and shared memory they take.
 struct Shape {
     int k;        // the reduction length: S (forward) or 3S (backward)
-    int chunks;   // NK: threads per state column, each holding KC of the k
+    int chunks;   // NK: threads per state column, each holding KC of the k (tensor cores: the k-splits)
     int jt;       // state columns per block
     int threads;  // NK * JT, rounded up to whole warps
+    bool mma;     // the tensor-core product (16-bit types, sm_80+)
 };
 
 template <typename A, bool Backward> Shape shape_of(int64_t state) {
@@ -127,25 +141,64 @@ template <typename A, bool Backward> Shape shape_of(int64_t state) {
     return s;
 }
 
+// The tensor cores' tile: the most columns per block (a power of two, 16 to 128, no more than
+// the state needs) whose k-tiles fit the warps' registers.  jt = 0: does not fit.
+template <bool Backward> Shape mma_shape_of(int64_t state) {
+    Shape s{};
+    s.k = (int)((Backward ? 3 : 1) * state);
+    const int k_tiles = (s.k + 15) / 16;
+    for (int jt = 128; jt >= 16; jt /= 2) {
+        if (jt > 16 && jt / 2 >= state) continue;
+        const int splits = kMmaWarps / (jt / 16);
+        if ((k_tiles + splits - 1) / splits <= kMmaTiles<Backward>) {
+            s.jt = jt;
+            s.chunks = splits;
+            s.threads = 32 * kMmaWarps;
+            s.mma = true;
+            break;
+        }
+    }
+    return s;
+}
+
 template <typename A, bool Backward> __host__ __device__ constexpr int row_stride(int chunks) {
     return chunks * (kWeights<A, Backward> + kPad);
 }
 
-// `buffers` staged row sets: one, or two for a cluster (a step reads one while the next is written).
+// A staged row: its elements (CUDA cores: acc_t<T> in chunks of KC with kPad between; tensor
+// cores: the 16-bit values as stored, contiguous, k padded to whole k-tiles, then kMmaPad), and
+// the rows a buffer holds (tensor cores: whole n-tiles of 8).
+template <typename A, bool Backward> __host__ __device__ constexpr int staged_stride(bool mma, int k, int chunks) {
+    return mma ? (k + 15) / 16 * 16 + kMmaPad : row_stride<A, Backward>(chunks);
+}
+__host__ __device__ constexpr int staged_rows(bool mma, int bt) { return mma ? (bt + 7) / 8 * 8 : bt; }
+
+// `buffers` staged row sets: one, or two for a cluster (a step reads one while the next is
+// written); then the partial sums.
 template <typename A, bool Backward> int64_t shared_bytes(const Shape &s, int bt, int buffers = 1) {
     constexpr int G = Backward ? 1 : 3;
-    const int64_t staged = (int64_t)buffers * bt * row_stride<A, Backward>(s.chunks);
+    const int64_t staged = (int64_t)buffers * staged_rows(s.mma, bt) * staged_stride<A, Backward>(s.mma, s.k, s.chunks)
+        * (s.mma ? 2 : (int64_t)sizeof(A));
     const int64_t partials = (int64_t)s.chunks * (bt * G * s.jt + kPad);
-    return (staged + partials) * (int64_t)sizeof(A);
+    return staged + partials * (int64_t)sizeof(A);
+}
+
+// Where column c of a staged row lies: chunks of KC with kPad between, or (KC = 0) contiguous.
+template <int KC> __device__ __forceinline__ int staged_col(int c) { return KC ? (c / KC) * (KC + kPad) + c % KC : c; }
+
+// A value as staged: acc_t<T> (CUDA cores) or the stored bits (tensor cores).
+template <typename S, typename T> __device__ __forceinline__ S to_staged(T v) {
+    if constexpr (std::is_same<S, T>::value) return v;
+    else return prl::load(v);
 }
 
 // Stages rows b0 .. b0 + BT - 1 of src ([B, K], row-major) in shared memory as
-// staged[r][k / KC][k % KC] (zeros past the edges).  Each thread issues kBatch loads before
+// staged[r][staged_col<KC>(k)] (zeros past the edges, up to `width`).  Each thread issues kBatch loads before
 // it stores any (one round trip to L2, not kBatch of them), of 16 bytes each when `vec`.
 constexpr int kBatch = 8;
 
-template <typename T, typename A, int KC, int V>
-__device__ __forceinline__ void stage_rows(A *staged, int row_stride, const T *src, int b0, int BT, int B, int K,
+template <typename T, typename ST, int KC, int V>
+__device__ __forceinline__ void stage_rows(ST *staged, int row_stride, const T *src, int b0, int BT, int B, int K,
                                            int width) {
     using Chunk = prl::Vec<T, V>;
     const int per_row = width / V, total = BT * per_row;
@@ -167,13 +220,39 @@ __device__ __forceinline__ void stage_rows(A *staged, int row_stride, const T *s
         for (int i = 0; i < kBatch; ++i) {
             const int e = base + i * blockDim.x, r = e / per_row, c = (e - r * per_row) * V, b = b0 + r;
             if (e >= total) break;
-            A *to = staged + r * row_stride + (c / KC) * (KC + kPad) + c % KC;
+            ST *to = staged + r * row_stride + staged_col<KC>(c);
             const bool in = b < B && c < K;
 #pragma unroll
             for (int j = 0; j < V; ++j)
-                to[j] = in ? prl::load(v[i].v[j]) : A(0);
+                to[j] = in ? to_staged<ST>(v[i].v[j]) : ST{};
         }
     }
+}
+
+// The bits of two 16-bit values as one register: lo in the low half (the mma's element order).
+template <typename T> __device__ __forceinline__ uint32_t pair_bits(T lo, T hi) {
+    return (uint32_t)lo.bits | ((uint32_t)hi.bits << 16);
+}
+
+// d += a b: a the 16 x 16 A fragment (row-major), b0/b1 the 16 x 8 B fragment (by columns), d
+// the 16 x 8 float accumulator (PTX ISA, "Matrix Fragments for mma.m16n8k16").  sm_80+ only:
+// a plan never chooses the tensor cores on an older device.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same<T, prl::half_t>::value)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)d, (void)a, (void)b0, (void)b1;
+#endif
 }
 
 // A cluster's shared memory and barrier (sm_90+; a cluster is never planned on older devices).
@@ -197,37 +276,70 @@ template <typename T> __device__ __forceinline__ int rows_at(const SequenceArgs<
     return p.sizes ? (int)__ldg(p.sizes + t) : p.batch;
 }
 
-template <typename T, bool Backward>
+// Mma: the product on tensor cores (16-bit T, sm_80+), else on CUDA cores.
+template <typename T, bool Backward, bool Mma>
 __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceArgs<T> p) {
     using A = prl::acc_t<T>;
+    using ST = std::conditional_t<Mma, T, A>;   // a staged element
     constexpr int G = Backward ? 1 : 3;          // outputs per (row, column): three gates, or d_h
     constexpr int KC = kWeights<A, Backward>;
+    constexpr int LC = Mma ? 0 : KC;             // the staged rows' chunks (staged_col)
     constexpr int V = prl::kVec16<T>;
     const int S = p.state, B = p.batch, JT = p.jt, BT = p.bt;
     const int K = Backward ? 3 * S : S;
-    const int NK = (K + KC - 1) / KC;
-    const int RS = row_stride<A, Backward>(NK), PS = BT * G * JT + kPad;
+    const int NK = Mma ? kMmaWarps / (JT / 16) : (K + KC - 1) / KC;  // partial sums of each output
+    const int RS = staged_stride<A, Backward>(Mma, K, NK), PS = BT * G * JT + kPad;
+    const int RB = staged_rows(Mma, BT) * RS;  // a buffer's elements
     const bool clustered = p.cluster > 1;
     extern __shared__ __align__(16) unsigned char shared_raw[];
-    A *staged = reinterpret_cast<A *>(shared_raw);            // [buffers][BT][NK][KC + kPad]
-    A *partial = staged + (clustered ? 2 : 1) * BT * RS;      // [NK][BT][G][JT] (+ kPad per chunk)
+    ST *staged = reinterpret_cast<ST *>(shared_raw);                          // [buffers][rows][RS]
+    A *partial = reinterpret_cast<A *>(staged + (clustered ? 2 : 1) * RB);  // [NK][BT][G][JT] (+ kPad per chunk)
 
     const int tid = threadIdx.x, kc = tid / JT, jj = tid % JT;
     const int j_tiles = (S + JT - 1) / JT;
     const int j0 = (blockIdx.x % j_tiles) * JT, b0 = (blockIdx.x / j_tiles) * BT;
     const bool computes = kc < NK && j0 + jj < S;
+    // tensor cores: lane (gid, tig) of warp (cg, ks) = (tid / 32 % col_groups, tid / 32 / col_groups);
+    // the warp's k-tiles are kt0 .. kt0 + kts - 1 (those below k_tiles)
+    const int lane = tid % 32, gid = lane / 4, tig = lane % 4, col_groups = JT / 16;
+    const int cg = tid / 32 % (Mma ? col_groups : 1), ks = tid / 32 / (Mma ? col_groups : 1);
+    const int k_tiles = (K + 15) / 16, kts = (k_tiles + NK - 1) / NK, kt0 = ks * kts;
 
-    // This thread's slice of W_h, for the whole sequence (zero past the edges).
-    A w[G][KC];
+    // This thread's slice of W_h, for the whole sequence (zero past the edges): CUDA cores,
+    // thread (kc, jj) holds k in [kc * KC, kc * KC + KC) of column j0 + jj (three gate rows
+    // forward); tensor cores, the A fragments of its warp's weights, element (m, k) of k-tile
+    // kt0 + f being row m of the column group (gate row g * S + j forward, column j of W_h
+    // backward).
+    A w[G][Mma ? 1 : KC];
+    uint32_t wa[Mma ? kMmaGates<Backward> : 1][Mma ? kMmaTiles<Backward> : 1][4];
+    if constexpr (Mma) {
 #pragma unroll
-    for (int g = 0; g < G; ++g)
+        for (int g = 0; g < kMmaGates<Backward>; ++g)
 #pragma unroll
-        for (int i = 0; i < KC; ++i) {
-            const int k = kc * KC + i, j = j0 + jj;
-            const bool in = computes && k < K;
-            const int64_t at = Backward ? (int64_t)k * p.ldw + j : (int64_t)(g * S + j) * p.ldw + k;
-            w[g][i] = in ? prl::load(p.w_h[at]) : A(0);
-        }
+            for (int f = 0; f < kMmaTiles<Backward>; ++f)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {  // a0 .. a3: rows gid, gid + 8; columns tig * 2, + 8
+                    const int j = j0 + cg * 16 + gid + (q & 1) * 8, k = (kt0 + f) * 16 + tig * 2 + (q >> 1) * 8;
+                    T e[2];
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const bool in = f < kts && j < S && k + i < K;
+                        const int64_t at = Backward ? (int64_t)(k + i) * p.ldw + j : (int64_t)(g * S + j) * p.ldw + k + i;
+                        e[i] = in ? p.w_h[at] : T{};
+                    }
+                    wa[g][f][q] = pair_bits(e[0], e[1]);
+                }
+    } else {
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int i = 0; i < KC; ++i) {
+                const int k = kc * KC + i, j = j0 + jj;
+                const bool in = computes && k < K;
+                const int64_t at = Backward ? (int64_t)k * p.ldw + j : (int64_t)(g * S + j) * p.ldw + k;
+                w[g][i] = in ? prl::load(p.w_h[at]) : A(0);
+            }
+    }
 
     // The (row, column) this thread finishes each step (BT * JT <= blockDim.x: one each, or
     // none); its cell (forward) or the gradient of its cell (backward) stays in a register.
@@ -239,7 +351,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
 
     cg::grid_group grid = cg::this_grid();
     const int phases = Backward ? p.steps + 1 : p.steps;
-    const int width = NK * KC;
+    const int width = Mma ? k_tiles * 16 : NK * KC;  // staged columns (zeros past K)
     // One column tile: every column of a row is in this block, so the product's operand (h_{t-1},
     // or d_gates[t+1]) is what this block's owners wrote the step before.  They write it into
     // the staged rows too (as stored, rounded to T), and the steps are separated by the block's
@@ -250,17 +362,18 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     // buffer the next step reads (step s reads buffer s % 2: a block may still read this step's
     // while another writes the next), and the cluster's barrier separates the steps.  Both
     // buffers start at zero (their padding is read, and a row not yet begun contributes nothing).
+    // The tensor cores read whole n-tiles of 8 rows, zeros past BT.
     const bool local = p.local, own_rows = local || clustered;
-    if ((local && Backward) || clustered) {
-        for (int i = tid; i < (clustered ? 2 : 1) * BT * RS; i += blockDim.x) staged[i] = A(0);
+    if (Mma || (local && Backward) || clustered) {
+        for (int i = tid; i < (clustered ? 2 : 1) * RB; i += blockDim.x) staged[i] = ST{};
         if (clustered) cluster_sync();
         else __syncthreads();
     }
     // writes value at column c of this thread's staged row, in the buffer the next step reads;
     // never in the last step (no step reads it, and another block of the cluster may have
     // exited: its shared memory is gone)
-    auto put = [&](A *buffer, int c, A value) {
-        const int at = out_r * RS + (c / KC) * (KC + kPad) + c % KC;
+    auto put = [&](ST *buffer, int c, ST value) {
+        const int at = out_r * RS + staged_col<LC>(c);
         if (clustered) put_in_cluster(buffer, at, value, p.cluster);
         else buffer[at] = value;
     };
@@ -291,8 +404,8 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         const bool product = (!Backward || s > 0) && b0 < src_rows;
         const bool mine = owns && out_b < rows;  // this thread's (row, column) is in step t
         const int64_t at = first * S + k_own, at_g = first * 3 * S + kg_own;
-        A *const reads = clustered && (s & 1) ? staged + BT * RS : staged;  // this step's staged rows
-        A *const writes = clustered && !(s & 1) ? staged + BT * RS : staged;  // the next step's
+        ST *const reads = clustered && (s & 1) ? staged + RB : staged;  // this step's staged rows
+        ST *const writes = clustered && !(s & 1) ? staged + RB : staged;  // the next step's
         // this step's own operands, none written by another block: loaded first, they arrive
         // while the product runs
         A g_own[3] = {A(0), A(0), A(0)}, extra = A(0);
@@ -309,11 +422,36 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         if (product) {
             if (!own_rows || (!Backward && t == 0)) {
                 const T *src = Backward ? p.d_gates + before * 3 * S : (t == 0 ? p.h0 : p.output + before * S);
-                if (p.vec) stage_rows<T, A, KC, V>(reads, RS, src, b0, BT, src_rows, K, width);
-                else stage_rows<T, A, KC, 1>(reads, RS, src, b0, BT, src_rows, K, width);
+                if (p.vec) stage_rows<T, ST, LC, V>(reads, RS, src, b0, BT, src_rows, K, width);
+                else stage_rows<T, ST, LC, 1>(reads, RS, src, b0, BT, src_rows, K, width);
             }
             __syncthreads();
-            if (kc < NK) {
+            if constexpr (Mma) {  // each warp: its column group's outputs over its k-tiles, 8 rows at a time
+                constexpr int MG = kMmaGates<Backward>, MT = kMmaTiles<Backward>, C = Backward ? 4 : 2;
+                for (int n0 = 0; n0 < BT; n0 += 8) {
+                    float acc[MG][C][4] = {};  // C independent sums per output: the mma's latency hidden
+                    const ST *b = reads + (n0 + gid) * RS + kt0 * 16 + tig * 2;  // B: k tig * 2 (+ 8), row gid
+#pragma unroll
+                    for (int f = 0; f < MT; ++f) {
+                        if (f < kts && kt0 + f < k_tiles) {
+                            const uint32_t lo = *reinterpret_cast<const uint32_t *>(b + f * 16);
+                            const uint32_t hi = *reinterpret_cast<const uint32_t *>(b + f * 16 + 8);
+#pragma unroll
+                            for (int g = 0; g < MG; ++g) mma_16816<T>(acc[g][f % C], wa[g][f], lo, hi);
+                        }
+                    }
+#pragma unroll
+                    for (int g = 0; g < MG; ++g)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {  // d0 .. d3: rows (columns) gid, gid + 8; batch rows tig * 2, + 1
+                            const int r = n0 + tig * 2 + (q & 1), c = cg * 16 + gid + (q >> 1) * 8;
+                            float total = acc[g][0][q];
+#pragma unroll
+                            for (int i = 1; i < C; ++i) total += acc[g][i][q];
+                            if (r < BT) partial[ks * PS + (r * G + g) * JT + c] = total;
+                        }
+                }
+            } else if (kc < NK) {
                 for (int r = 0; r < BT; ++r) {
                     const A *a = reads + r * RS + kc * (KC + kPad);
                     constexpr int C = G == 1 ? 4 : 2;  // independent sums per output: FMA latency hidden
@@ -361,7 +499,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 prl::lltm_forward_math<T>(g[0], g[1], g[2], old_cell, h, c_new);
                 const T c_stored = prl::store<T>(c_new), h_stored = prl::store<T>(h);
                 p.output[at] = h_stored;
-                if (own_rows && s + 1 < phases) put(writes, out_j, prl::load(h_stored));
+                if (own_rows && s + 1 < phases) put(writes, out_j, to_staged<ST>(h_stored));
                 p.cells[at] = c_stored;
                 if (p.c_n && out_b >= rows_at(p, t + 1)) p.c_n[k_own] = c_stored;  // the row's last step
                 carried = prl::load(c_stored);  // the next step reads the cell as stored
@@ -376,7 +514,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 for (int i = 0; i < 3; ++i) {
                     const T stored = prl::store<T>(d[i]);
                     dg[i * S] = stored;
-                    if (own_rows && s + 1 < phases) put(writes, i * S + out_j, prl::load(stored));
+                    if (own_rows && s + 1 < phases) put(writes, i * S + out_j, to_staged<ST>(stored));
                 }
                 const T d_cell_stored = prl::store<T>(d_cell);
                 carried = prl::load(d_cell_stored);
@@ -405,33 +543,46 @@ struct Plan {
     bool fits() const { return blocks > 0; }
 };
 
-template <typename T, bool Backward> void *kernel_of() {
-    return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward>);
+template <typename T, bool Backward> void *kernel_of(bool mma) {
+    if constexpr (prl::stored_in_16_bits<T>::value)
+        if (mma) return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true>);
+    return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false>);
+}
+
+// Whether 16-bit products may take the tensor cores: yes, unless PYROUNDLIB_TENSOR_CORES=0
+// (a diagnostic: the CUDA-core product, which older GPUs run, measured and tested on a newer one).
+bool tensor_cores_allowed() {
+    const char *value = std::getenv("PYROUNDLIB_TENSOR_CORES");
+    return !(value && std::strcmp(value, "0") == 0);
 }
 
 // The smallest power-of-two row tile whose grid is co-resident: the most blocks, each
 // with the least work per step.  Fills `plan` or leaves it empty (does not fit); returns
-// a CUDA error of the queries.
-template <typename T, bool Backward> cudaError_t make_plan(int64_t batch, int64_t state, int device, Plan &plan) {
+// a CUDA error of the queries.  16-bit types take the tensor cores on sm_80+ where their
+// tile fits (and `tensor_cores`), else the CUDA cores.
+template <typename T, bool Backward>
+cudaError_t make_plan(int64_t batch, int64_t state, int device, bool tensor_cores, Plan &plan) {
     using A = prl::acc_t<T>;
     plan = Plan{};
     if (batch <= 0 || state <= 0 || batch * 3 * state >= (int64_t(1) << 31)) return cudaSuccess;
-    const Shape shape = shape_of<A, Backward>(state);
-    if (shape.jt == 0) return cudaSuccess;
-    int sms = 0, smem_max = 0, cooperative = 0;
+    int sms = 0, smem_max = 0, cooperative = 0, major = 0;
     cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (err != cudaSuccess || !cooperative) return err;
-    void *kernel = kernel_of<T, Backward>();
+    Shape shape = shape_of<A, Backward>(state);
+    if (prl::stored_in_16_bits<T>::value && tensor_cores && major >= 8) {
+        const Shape mma = mma_shape_of<Backward>(state);
+        if (mma.jt) shape = mma;
+    }
+    if (shape.jt == 0) return cudaSuccess;
+    void *kernel = kernel_of<T, Backward>(shape.mma);
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (err != cudaSuccess) return err;
     const int64_t j_tiles = (state + shape.jt - 1) / shape.jt;
     // sm_90 and later: the column tiles of a row tile as one cluster, where one fits (at most
     // kMaxCluster blocks) and every cluster of the grid is resident at once
-    int major = 0;
-    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err != cudaSuccess) return err;
     if (major >= 9 && j_tiles > 1 && j_tiles <= kMaxCluster) {
         const bool portable = j_tiles <= 8;
         if (portable || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
@@ -490,10 +641,11 @@ template <typename T, bool Backward> cudaError_t make_plan(int64_t batch, int64_
 // Plans are made once per (device, dtype, direction, batch, state) and kept.
 template <typename T, bool Backward>
 cudaError_t cached_plan(int64_t batch, int64_t state, int dtype, int device, Plan &plan) {
-    using Key = std::tuple<int, int, bool, int64_t, int64_t>;
+    using Key = std::tuple<int, int, bool, int64_t, int64_t, bool>;
     static std::mutex mutex;
     static std::map<Key, Plan> plans;
-    const Key key{device, dtype, Backward, batch, state};
+    const bool tensor_cores = tensor_cores_allowed();
+    const Key key{device, dtype, Backward, batch, state, tensor_cores};
     {
         std::lock_guard<std::mutex> lock(mutex);
         auto it = plans.find(key);
@@ -502,7 +654,7 @@ cudaError_t cached_plan(int64_t batch, int64_t state, int dtype, int device, Pla
             return cudaSuccess;
         }
     }
-    const cudaError_t err = make_plan<T, Backward>(batch, state, device, plan);
+    const cudaError_t err = make_plan<T, Backward>(batch, state, device, tensor_cores, plan);
     if (err != cudaSuccess) return err;
     std::lock_guard<std::mutex> lock(mutex);
     if (plans.size() < 4096) plans.emplace(key, plan);
@@ -544,9 +696,9 @@ prl_status launch_planned(const char *fn, SequenceArgs<T> args, const Plan &plan
         config.stream = static_cast<cudaStream_t>(stream);
         config.attrs = &attribute;
         config.numAttrs = 1;
-        err = cudaLaunchKernelExC(&config, kernel_of<T, Backward>(), params);
+        err = cudaLaunchKernelExC(&config, kernel_of<T, Backward>(plan.shape.mma), params);
     } else {
-        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(), dim3(plan.blocks), dim3(plan.shape.threads),
+        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(plan.shape.mma), dim3(plan.blocks), dim3(plan.shape.threads),
                                           params, (size_t)plan.smem, static_cast<cudaStream_t>(stream));
     }
     if (err != cudaSuccess) return prl::cuda_fail(fn, "the persistent kernel launch", err);

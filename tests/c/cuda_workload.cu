@@ -176,8 +176,17 @@ int main() {
     for (int64_t state : {64, 33, 100, 300}) {  // one column tile (float32, bfloat16 at 64, 33), a cluster, the grid
         sequence_case<float>(PRL_FLOAT32, 4, 7, state);
         sequence_case<double>(PRL_FLOAT64, 3, 5, state);
-        sequence_case<uint16_t>(PRL_BFLOAT16, 3, 9, state);
     }
+    // 16-bit: the tensor cores' tiles on sm_80+ (one column tile up to 128, clusters of 10 and 4
+    // at 300 and 256, the grid barrier at 520), then the CUDA cores' (the plans are per setting)
+    for (const char *tensor_cores : {"1", "0"}) {
+        setenv("PYROUNDLIB_TENSOR_CORES", tensor_cores, 1);
+        for (int64_t state : {64, 33, 100, 300, 256, 520}) {
+            sequence_case<uint16_t>(PRL_BFLOAT16, 3, 9, state);
+            sequence_case<uint16_t>(PRL_FLOAT16, 2, 5, state);
+        }
+    }
+    unsetenv("PYROUNDLIB_TENSOR_CORES");
     cudaStreamDestroy(stream);
     const cudaError_t err = cudaDeviceSynchronize();
     CHECK(err == cudaSuccess);
