@@ -47,12 +47,10 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           host time would outweigh its work.  A step is serial in S + I, so past
 #           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.
 # ONE_CALL  The recurrence in one library call per direction.  CUDA, where the recurrent weights
-#           fit in the registers of one co-resident grid (the persistent kernels): float32 and
-#           float64, and float16/bfloat16 while a step's product is small (B*S*S at most
-#           PERSISTENT_16BIT_MAX_WORK; the kernels compute in float on CUDA cores, and past that
-#           cuBLAS's tensor cores make the replayed loop faster), from PERSISTENT_MIN_STEPS
-#           steps or PERSISTENT_MIN_WORK on, and at any length where the step loop would not be
-#           replayed (below).  CPU, every dtype and
+#           fit in the registers of one co-resident grid (the persistent kernels; in 16 bits on
+#           sm_80+ their products run on tensor cores where that is faster: the library's plan),
+#           every dtype, from PERSISTENT_MIN_STEPS steps or PERSISTENT_MIN_WORK on, and at any
+#           length where the step loop would not be replayed (below).  CPU, every dtype and
 #           size: the library splits each call among torch's threads as the machine and the
 #           sizes allow (by batch rows, or step by step by columns: Plan in
 #           native/src/lltm_sequence_cpu.cpp), and its products are as fast as torch's GEMMs
@@ -76,16 +74,18 @@ FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
 FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels beat the replayed loop
 PERSISTENT_MIN_STEPS = 16  # T from which they beat it at any T * B * S
-# B * S * S up to which a 16-bit step's product on CUDA cores (the persistent kernels) beats the
-# replayed loop's tensor-core GEMMs (H200, 2026-11-26, benchmarks/sweep.py: at (200, 32, 128, 256)
-# 0.71-0.77x its time, at (1000, 64, 256, 256) 0.86-0.96x, past it at (500, 32, 512, 512) 1.02-1.26x)
-PERSISTENT_16BIT_MAX_WORK = 1 << 22
 # A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
 # replays; the loops launch about 2T + 2 and 2T + 8 kernels: from this many steps on, the
 # replay costs less host time than the loop run as it is.
 COPIES_PAY_FROM_STEPS = 4
-_PERSISTENT_DTYPES = (torch.float32, torch.float64)
 _TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
+# The persistent route on CUDA forms the input half of every step in the library call (a tiled
+# product on CUDA cores: no torch GEMM's host time), except in 16 bits from T*B*I*S =
+# INPUT_HALF_BY_TORCH_FROM on: there one torch GEMM on cuBLAS's tensor cores first takes
+# 0.49-0.90x the time of the whole forward at (T, B, I, S) = (50, 64, 512, 512), (500, 32, 512,
+# 512), (1000, 64, 256, 256), (300, 64, 128, 128) (inference; H100, 2026-11-26, in one run),
+# and below it the GEMM's host time shows ((50, 1, 64, 64): 1.35x).
+INPUT_HALF_BY_TORCH_FROM = 1 << 20
 
 
 def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
@@ -96,9 +96,7 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
         return ONE_CALL if choice != "0" and accepted else STEPS
     tensor_cores = t.dtype in _TENSOR_CORE_DTYPES or (t.dtype == torch.float32
                                                        and torch.backends.cuda.matmul.allow_tf32)
-    persistent = choice != "0" and (choice == "1" or t.dtype in _PERSISTENT_DTYPES
-                                    or batch * state * state <= PERSISTENT_16BIT_MAX_WORK) \
-        and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+    persistent = choice != "0" and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
     fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
         and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
     if fused and (choice == "fused" or steps <= FUSED_MAX_STEPS or not persistent):
@@ -202,8 +200,10 @@ def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: 
 
 def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
     """_forward_op's results from one library call for the recurrence; on CUDA its input half
-    too (the persistent route), on the CPU after one torch GEMM for it."""
-    if input.is_cuda:
+    too (the persistent route), on the CPU and in 16 bits on CUDA from INPUT_HALF_BY_TORCH_FROM
+    on after one torch GEMM for it."""
+    if input.is_cuda and (input.dtype not in _TENSOR_CORE_DTYPES
+                          or input.numel() * h0.shape[1] < INPUT_HALF_BY_TORCH_FROM):
         return _forward_whole(_persistent_forward_kernel, input, weights, bias, h0, c0)
     steps, batch, features = input.shape
     state = h0.shape[1]

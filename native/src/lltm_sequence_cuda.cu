@@ -148,7 +148,7 @@ template <bool Backward> Shape mma_shape_of(int64_t state) {
     s.k = (int)((Backward ? 3 : 1) * state);
     const int k_tiles = (s.k + 15) / 16;
     for (int jt = 128; jt >= 16; jt /= 2) {
-        if (jt > 16 && jt / 2 >= state) continue;
+        if ((jt > 16 && jt / 2 >= state) || jt / 16 > kMmaWarps) continue;
         const int splits = kMmaWarps / (jt / 16);
         if ((k_tiles + splits - 1) / splits <= kMmaTiles<Backward>) {
             s.jt = jt;
@@ -549,19 +549,32 @@ template <typename T, bool Backward> void *kernel_of(bool mma) {
     return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false>);
 }
 
-// Whether 16-bit products may take the tensor cores: yes, unless PYROUNDLIB_TENSOR_CORES=0
-// (a diagnostic: the CUDA-core product, which older GPUs run, measured and tested on a newer one).
-bool tensor_cores_allowed() {
+// Where 16-bit products take the tensor cores (sm_80+): PYROUNDLIB_TENSOR_CORES unset, by the
+// plan's rule (make_plan); =1 wherever their tile fits, =0 never (diagnostics: each product
+// measured and tested on one GPU, the CUDA cores' as older GPUs run it).
+enum TensorCores { kTensorCoresNever, kTensorCoresAlways, kTensorCoresByRule };
+TensorCores tensor_cores_setting() {
     const char *value = std::getenv("PYROUNDLIB_TENSOR_CORES");
-    return !(value && std::strcmp(value, "0") == 0);
+    if (value && std::strcmp(value, "0") == 0) return kTensorCoresNever;
+    if (value && std::strcmp(value, "1") == 0) return kTensorCoresAlways;
+    return kTensorCoresByRule;
 }
+
+// B * S * S from which a 16-bit step's product takes the tensor cores, whatever the tiles.
+constexpr int64_t kMmaMinWork = int64_t(1) << 20;
 
 // The smallest power-of-two row tile whose grid is co-resident: the most blocks, each
 // with the least work per step.  Fills `plan` or leaves it empty (does not fit); returns
-// a CUDA error of the queries.  16-bit types take the tensor cores on sm_80+ where their
-// tile fits (and `tensor_cores`), else the CUDA cores.
+// a CUDA error of the queries.  16-bit types on sm_80+ take the tensor cores (where their tile
+// fits) by `tensor_cores`; by the rule, where their tile holds every state column and the
+// CUDA cores' does not (the step then needs no other block), where a step's product is large
+// (B * S * S >= kMmaMinWork), or where the CUDA cores' tile does not fit.  Elsewhere the CUDA
+// cores' step is quicker: on an H100 (one run, 2026-11-26, sequences of 500-1000 steps) the
+// tensor cores took 1.36-1.45x their time at (B, S) = (16, 64), both tiles one block of
+// columns, and 1.09-1.12x at (4, 256), a cluster of 4 against one of 16; 0.67-0.90x from
+// B * S * S = 2^20 up, and 0.85-0.88x at (1, 128), one block against a cluster of 4.
 template <typename T, bool Backward>
-cudaError_t make_plan(int64_t batch, int64_t state, int device, bool tensor_cores, Plan &plan) {
+cudaError_t make_plan(int64_t batch, int64_t state, int device, TensorCores tensor_cores, Plan &plan) {
     using A = prl::acc_t<T>;
     plan = Plan{};
     if (batch <= 0 || state <= 0 || batch * 3 * state >= (int64_t(1) << 31)) return cudaSuccess;
@@ -572,9 +585,11 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, bool tensor_core
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (err != cudaSuccess || !cooperative) return err;
     Shape shape = shape_of<A, Backward>(state);
-    if (prl::stored_in_16_bits<T>::value && tensor_cores && major >= 8) {
+    if (prl::stored_in_16_bits<T>::value && tensor_cores != kTensorCoresNever && major >= 8) {
         const Shape mma = mma_shape_of<Backward>(state);
-        if (mma.jt) shape = mma;
+        const bool by_rule = (mma.jt >= state && shape.jt < state) || batch * state * state >= kMmaMinWork
+                             || shape.jt == 0;
+        if (mma.jt && (tensor_cores == kTensorCoresAlways || by_rule)) shape = mma;
     }
     if (shape.jt == 0) return cudaSuccess;
     void *kernel = kernel_of<T, Backward>(shape.mma);
@@ -641,10 +656,10 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, bool tensor_core
 // Plans are made once per (device, dtype, direction, batch, state) and kept.
 template <typename T, bool Backward>
 cudaError_t cached_plan(int64_t batch, int64_t state, int dtype, int device, Plan &plan) {
-    using Key = std::tuple<int, int, bool, int64_t, int64_t, bool>;
+    using Key = std::tuple<int, int, bool, int64_t, int64_t, int>;
     static std::mutex mutex;
     static std::map<Key, Plan> plans;
-    const bool tensor_cores = tensor_cores_allowed();
+    const TensorCores tensor_cores = tensor_cores_setting();
     const Key key{device, dtype, Backward, batch, state, tensor_cores};
     {
         std::lock_guard<std::mutex> lock(mutex);
