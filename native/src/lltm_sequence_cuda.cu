@@ -276,8 +276,11 @@ template <typename T> __device__ __forceinline__ int rows_at(const SequenceArgs<
     return p.sizes ? (int)__ldg(p.sizes + t) : p.batch;
 }
 
-// Mma: the product on tensor cores (16-bit T, sm_80+), else on CUDA cores.
-template <typename T, bool Backward, bool Mma>
+// Mma: the product on tensor cores (16-bit T, sm_80+), else on CUDA cores.  Cluster: launched
+// as clusters (sm_90+), each block's column tile one of its row tile's; a kernel of its own, so
+// that the others carry none of its code (the one-column-tile steps took 1.07-1.10x their time
+// with it, H100).
+template <typename T, bool Backward, bool Mma, bool Cluster>
 __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceArgs<T> p) {
     using A = prl::acc_t<T>;
     using ST = std::conditional_t<Mma, T, A>;   // a staged element
@@ -290,7 +293,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     const int NK = Mma ? kMmaWarps / (JT / 16) : (K + KC - 1) / KC;  // partial sums of each output
     const int RS = staged_stride<A, Backward>(Mma, K, NK), PS = BT * G * JT + kPad;
     const int RB = staged_rows(Mma, BT) * RS;  // a buffer's elements
-    const bool clustered = p.cluster > 1;
+    constexpr bool clustered = Cluster;
     extern __shared__ __align__(16) unsigned char shared_raw[];
     ST *staged = reinterpret_cast<ST *>(shared_raw);                          // [buffers][rows][RS]
     A *partial = reinterpret_cast<A *>(staged + (clustered ? 2 : 1) * RB);  // [NK][BT][G][JT] (+ kPad per chunk)
@@ -543,11 +546,34 @@ struct Plan {
     bool fits() const { return blocks > 0; }
 };
 
-template <typename T, bool Backward> void *kernel_of(bool mma) {
+template <typename T, bool Backward> void *kernel_of(bool mma, bool cluster) {
     if constexpr (prl::stored_in_16_bits<T>::value)
-        if (mma) return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true>);
-    return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false>);
+        if (mma)
+            return cluster ? reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, true>)
+                           : reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, false>);
+    return cluster ? reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false, true>)
+                   : reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false, false>);
 }
+
+// A launch of `blocks` blocks as clusters of `cluster` (sm_90+): the occupancy query's and the
+// launch's configuration.
+struct ClusterLaunch {
+    cudaLaunchAttribute attribute{};
+    cudaLaunchConfig_t config{};
+    ClusterLaunch(int cluster, int64_t blocks, int threads, int64_t smem, cudaStream_t stream) {
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = (unsigned)cluster;
+        attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+        config.gridDim = dim3((unsigned)blocks);
+        config.blockDim = dim3((unsigned)threads);
+        config.dynamicSmemBytes = (size_t)smem;
+        config.stream = stream;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+    }
+    ClusterLaunch(const ClusterLaunch &) = delete;  // config points at attribute
+    ClusterLaunch &operator=(const ClusterLaunch &) = delete;
+};
 
 // Where 16-bit products take the tensor cores (sm_80+): PYROUNDLIB_TENSOR_CORES unset, by the
 // plan's rule (make_plan); =1 wherever their tile fits, =0 never (diagnostics: each product
@@ -592,31 +618,25 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, TensorCores tens
         if (mma.jt && (tensor_cores == kTensorCoresAlways || by_rule)) shape = mma;
     }
     if (shape.jt == 0) return cudaSuccess;
-    void *kernel = kernel_of<T, Backward>(shape.mma);
+    void *kernel = kernel_of<T, Backward>(shape.mma, false);
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (err != cudaSuccess) return err;
     const int64_t j_tiles = (state + shape.jt - 1) / shape.jt;
     // sm_90 and later: the column tiles of a row tile as one cluster, where one fits (at most
     // kMaxCluster blocks) and every cluster of the grid is resident at once
     if (major >= 9 && j_tiles > 1 && j_tiles <= kMaxCluster) {
+        void *clustered = kernel_of<T, Backward>(shape.mma, true);
         const bool portable = j_tiles <= 8;
-        if (portable || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+        err = cudaFuncSetAttribute(clustered, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+        if (err != cudaSuccess) return err;
+        if (portable || cudaFuncSetAttribute(clustered, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
             for (int64_t bt = 1;; bt *= 2) {
                 const int64_t smem = shared_bytes<A, Backward>(shape, (int)bt, 2);
                 if (smem > smem_max || bt * shape.jt > shape.threads) break;
                 const int64_t blocks = j_tiles * ((batch + bt - 1) / bt);
-                cudaLaunchAttribute attribute{};
-                attribute.id = cudaLaunchAttributeClusterDimension;
-                attribute.val.clusterDim.x = (unsigned)j_tiles;
-                attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-                cudaLaunchConfig_t config{};
-                config.gridDim = dim3((unsigned)blocks);
-                config.blockDim = dim3((unsigned)shape.threads);
-                config.dynamicSmemBytes = (size_t)smem;
-                config.attrs = &attribute;
-                config.numAttrs = 1;
+                const ClusterLaunch launch((int)j_tiles, blocks, shape.threads, smem, nullptr);
                 int clusters = 0;
-                if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+                if (cudaOccupancyMaxActiveClusters(&clusters, clustered, &launch.config) != cudaSuccess) {
                     (void)cudaGetLastError();  // no cluster of this size here: the grid barrier instead
                     break;
                 }
@@ -700,21 +720,13 @@ prl_status launch_planned(const char *fn, SequenceArgs<T> args, const Plan &plan
     void *params[] = {&args};
     cudaError_t err;
     if (plan.cluster > 1) {  // no grid barrier: the row tiles' clusters are independent
-        cudaLaunchAttribute attribute{};
-        attribute.id = cudaLaunchAttributeClusterDimension;
-        attribute.val.clusterDim.x = (unsigned)plan.cluster;
-        attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(plan.blocks);
-        config.blockDim = dim3(plan.shape.threads);
-        config.dynamicSmemBytes = (size_t)plan.smem;
-        config.stream = static_cast<cudaStream_t>(stream);
-        config.attrs = &attribute;
-        config.numAttrs = 1;
-        err = cudaLaunchKernelExC(&config, kernel_of<T, Backward>(plan.shape.mma), params);
+        const ClusterLaunch launch(plan.cluster, plan.blocks, plan.shape.threads, plan.smem,
+                                   static_cast<cudaStream_t>(stream));
+        err = cudaLaunchKernelExC(&launch.config, kernel_of<T, Backward>(plan.shape.mma, true), params);
     } else {
-        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(plan.shape.mma), dim3(plan.blocks), dim3(plan.shape.threads),
-                                          params, (size_t)plan.smem, static_cast<cudaStream_t>(stream));
+        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(plan.shape.mma, false), dim3(plan.blocks),
+                                          dim3(plan.shape.threads), params, (size_t)plan.smem,
+                                          static_cast<cudaStream_t>(stream));
     }
     if (err != cudaSuccess) return prl::cuda_fail(fn, "the persistent kernel launch", err);
     return PRL_SUCCESS;
