@@ -919,6 +919,22 @@ def test_second_device_while_first_is_current(monkeypatch, route):
 
 
 @requires_two_gpus
+@pytest.mark.parametrize("state", [64, 256], ids=["one-column-tile", "cluster"])
+def test_tensor_cores_on_the_second_device(monkeypatch, state):
+    """16-bit persistent kernels on tensor cores on cuda:1 while cuda:0 is current: each
+    device plans its own grid (and sets its kernels' attributes), and the library launches
+    on the tensors' device."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    monkeypatch.setenv(TENSOR_CORES_ENV_VAR, "1")
+    torch.cuda.set_device(0)
+    for device in ("cuda:1", "cuda:0", "cuda:1"):
+        args = seq_args(6, 5, 4, state, torch.bfloat16, device)
+        check_against_reference(args, TOLERANCES[torch.bfloat16])
+        check_repeatable(args)
+        assert torch.cuda.current_device() == 0
+
+
+@requires_two_gpus
 @pytest.mark.parametrize("order", [("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")], ids=["0-then-1", "1-then-0"])
 @pytest.mark.parametrize("keep_results", [False, True], ids=["training-loop", "new-tensors-each-call"])
 @pytest.mark.parametrize("route", ["1", "0", "fused"])
