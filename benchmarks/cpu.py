@@ -52,19 +52,24 @@ POINTWISE_SIZE = (4096, 1024)  # (B, S)
 
 
 @contextlib.contextmanager
-def route_env(value):
-    old = os.environ.get(PERSISTENT_ENV_VAR)
+def env_var(name, value):
+    """The environment variable `name` set to `value` (None: unset) inside the block."""
+    old = os.environ.get(name)
     if value is None:
-        os.environ.pop(PERSISTENT_ENV_VAR, None)
+        os.environ.pop(name, None)
     else:
-        os.environ[PERSISTENT_ENV_VAR] = value
+        os.environ[name] = value
     try:
         yield
     finally:
         if old is None:
-            os.environ.pop(PERSISTENT_ENV_VAR, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[PERSISTENT_ENV_VAR] = old
+            os.environ[name] = old
+
+
+def route_env(value):
+    return env_var(PERSISTENT_ENV_VAR, value)
 
 
 def sequence_cases(steps, batch, features, state):

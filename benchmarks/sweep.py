@@ -13,6 +13,8 @@ per-round ratios), as wall time per sequence (a synchronise after the round's ca
   persistent kernels fit (the default route is then the same or another);
 - ``pyroundlib, float32``: in the bfloat16 cases, our default route on the same sequence in
   float32 (the target: bfloat16 no slower than float32);
+- ``CUDA cores (TENSOR_CORES=0)``: in the bfloat16 cases, the default with
+  PYROUNDLIB_TENSOR_CORES=0 (the persistent kernels' products on CUDA cores, not tensor cores);
 - ``nn.LSTM``: cuDNN's LSTM of the same T, B, I, S and dtype;
 - ``FlashRNN``: FlashRNN's fused LSTM (a published persistent kernel), timed as a user runs
   it: a Linear for its input projection, then its recurrence; only where importable and
@@ -39,13 +41,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import OURS, Case, case_settings, fmt_time, run_case, tf32_settings  # noqa: E402
-from cpu import route_env  # noqa: E402
+from cpu import env_var, route_env  # noqa: E402
 
 import pyroundlib  # noqa: E402
 from pyroundlib import sequence  # noqa: E402
 
 LSTM, FLASHRNN = "nn.LSTM", "FlashRNN"
 PERSISTENT, AS_FLOAT32 = "persistent (=1)", "pyroundlib, float32"
+CUDA_CORES = "CUDA cores (TENSOR_CORES=0)"
+TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
 # (T, B, I, S) over T 50-1000, B 1-64, I and S 64-512: corners, middles, and the rows first measured
 SWEEP_SIZES = [
     (50, 1, 64, 64), (50, 64, 512, 512), (100, 16, 256, 256), (200, 32, 128, 256),
@@ -137,6 +141,17 @@ def sweep_case(steps, batch, features, state, label, mode, with_flashrnn) -> Cas
         variants[PERSISTENT] = persistent
     if dtype != torch.float32:
         variants[AS_FLOAT32] = lltm_call(*size, torch.float32, mode)
+        # the default with the 16-bit products on CUDA cores: the tensor cores' with-and-without
+        with env_var(TENSOR_CORES_ENV_VAR, "0"):
+            cuda_cores_fit = sequence._fits({}, "prl_lltm_sequence_cuda_fits",
+                                            torch.empty(0, device="cuda", dtype=dtype), batch, state)
+        if cuda_cores_fit:
+            plain = lltm_call(*size, dtype, mode)
+
+            def on_cuda_cores():
+                with env_var(TENSOR_CORES_ENV_VAR, "0"):
+                    return plain()
+            variants[CUDA_CORES] = on_cuda_cores
     variants[LSTM] = lstm_call(*size, dtype, mode)
     if with_flashrnn:
         variants[FLASHRNN] = flashrnn_call(*size, dtype, mode)
