@@ -188,7 +188,7 @@ def markdown(meta, results) -> str:
     for r in results:
         groups.setdefault(r.group, []).append(r)
     for group, rows in groups.items():
-        peers = [p for p in (PERSISTENT, AS_FLOAT32, LSTM, FLASHRNN) if any(p in r.medians for r in rows)]
+        peers = [p for p in (PERSISTENT, AS_FLOAT32, CUDA_CORES, LSTM, FLASHRNN) if any(p in r.medians for r in rows)]
         lines += [f"## {group}", "", "| (T, B, I, S) | route | " + " | ".join([OURS] + peers) + " | " +
                   " | ".join(f"ours / {p}" for p in peers) + " |", "|---" * (2 + 2 * len(peers) + 1) + "|"]
         for r in rows:

@@ -148,7 +148,10 @@ PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, const void *
  * caller computes for all steps at once) plus h_{t-1} @ W_h^T (the recurrent half), where
  * weights [3*state, state + input] = [W_h | W_x] as for the cell.  These functions run the
  * recurrent half and the pointwise steps of all T steps: on CUDA in one cooperative launch,
- * the slice of W_h each block needs held on chip for the whole sequence; on the CPU in one
+ * the slice of W_h each block needs held on chip for the whole sequence (float16/bfloat16
+ * products on tensor cores on sm_80+ where the plan finds that faster; the environment
+ * variable PYROUNDLIB_TENSOR_CORES=1 / 0, read when a (batch, state) is first planned, takes
+ * them wherever they fit / never); on the CPU in one
  * loop (for short sequences and small states: no per-step call overhead) whose batch rows
  * are split among up to prl_cpu_threads() threads.
  *

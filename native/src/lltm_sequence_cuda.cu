@@ -28,6 +28,10 @@
 //     cluster (at most 16 blocks): the owners then write step t's h into the staged rows of
 //     every block of their cluster (distributed shared memory), and the cluster's barrier
 //     separates the steps.  Row tiles never wait for each other.
+//   - float16/bfloat16 on sm_80 and later: the product on tensor cores where the plan finds
+//     that faster (make_plan): each warp holds its weights as mma A fragments and reads the
+//     staged rows, stored in 16 bits, as B fragments; its partial sums go where the CUDA
+//     cores' threads put theirs, and the rest is shared.
 // The backward runs the same machine over d_gates[t+1] [B, 3S] times W_h [3S, S] (the
 // gradient reaching h_t), followed by the pointwise backward of step t; a last phase forms
 // d_h0 = d_gates[0] W_h.  Cross-block data is read with ld.global.cg (L2, not the
