@@ -49,7 +49,6 @@ from pyroundlib import sequence  # noqa: E402
 LSTM, FLASHRNN = "nn.LSTM", "FlashRNN"
 PERSISTENT, AS_FLOAT32 = "persistent (=1)", "pyroundlib, float32"
 CUDA_CORES = "CUDA cores (TENSOR_CORES=0)"
-TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
 # (T, B, I, S) over T 50-1000, B 1-64, I and S 64-512: corners, middles, and the rows first measured
 SWEEP_SIZES = [
     (50, 1, 64, 64), (50, 64, 512, 512), (100, 16, 256, 256), (200, 32, 128, 256),
@@ -142,14 +141,14 @@ def sweep_case(steps, batch, features, state, label, mode, with_flashrnn) -> Cas
     if dtype != torch.float32:
         variants[AS_FLOAT32] = lltm_call(*size, torch.float32, mode)
         # the default with the 16-bit products on CUDA cores: the tensor cores' with-and-without
-        with env_var(TENSOR_CORES_ENV_VAR, "0"):
+        with env_var(sequence.TENSOR_CORES_ENV_VAR, "0"):
             cuda_cores_fit = sequence._fits({}, "prl_lltm_sequence_cuda_fits",
                                             torch.empty(0, device="cuda", dtype=dtype), batch, state)
         if cuda_cores_fit:
             plain = lltm_call(*size, dtype, mode)
 
             def on_cuda_cores():
-                with env_var(TENSOR_CORES_ENV_VAR, "0"):
+                with env_var(sequence.TENSOR_CORES_ENV_VAR, "0"):
                     return plain()
             variants[CUDA_CORES] = on_cuda_cores
     variants[LSTM] = lstm_call(*size, dtype, mode)

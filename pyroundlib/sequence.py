@@ -66,9 +66,13 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           graphs bought 3% there and held ~1 GB at (100, 256, 512, 1024)); and with
 #           PYROUNDLIB_CUDA_GRAPHS=0.
 #
-# PYROUNDLIB_PERSISTENT_SEQUENCE=1 takes ONE_CALL wherever it fits (16-bit types at any
-# B*S*S too), =fused FUSED wherever it fits, =0 neither.
+# PYROUNDLIB_PERSISTENT_SEQUENCE=1 takes ONE_CALL wherever it fits (short sequences too),
+# =fused FUSED wherever it fits, =0 neither.  PYROUNDLIB_TENSOR_CORES, read by the library
+# when it plans a grid (=1: 16-bit products on tensor cores wherever they fit, =0: never,
+# unset: the plan's rule), is asked for the kernels' fit once per size: set it before the
+# first call.
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
+TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
 FUSED, ONE_CALL, REPLAYED, STEPS = "fused", "one call", "replayed steps", "steps"
 FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
 FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
@@ -82,7 +86,7 @@ _TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
 # The persistent route on CUDA forms the input half of every step in the library call (a tiled
 # product on CUDA cores: no torch GEMM's host time), except in 16 bits from T*B*I*S =
 # INPUT_HALF_BY_TORCH_FROM on: there one torch GEMM on cuBLAS's tensor cores first takes
-# 0.49-0.90x the time of the whole forward at (T, B, I, S) = (50, 64, 512, 512), (500, 32, 512,
+# 0.49-0.86x the time of the whole forward at (T, B, I, S) = (50, 64, 512, 512), (500, 32, 512,
 # 512), (1000, 64, 256, 256), (300, 64, 128, 128) (inference; H100, 2026-11-26, in one run),
 # and below it the GEMM's host time shows ((50, 1, 64, 64): 1.35x).
 INPUT_HALF_BY_TORCH_FROM = 1 << 20

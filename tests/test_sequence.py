@@ -656,9 +656,6 @@ def test_persistent_kernels(monkeypatch, steps, batch, features, state, dtype):
     check_repeatable(args)
 
 
-TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"  # read by the library when it plans a grid
-
-
 @requires_cuda
 @pytest.mark.parametrize("steps,batch,features,state", [
     (8, 32, 8, 64),    # one column tile of 64 (tensor cores): 4 rows a block, the k-tiles in two
@@ -676,7 +673,7 @@ def test_persistent_kernels_16_bit(monkeypatch, steps, batch, features, state, d
     and, with PYROUNDLIB_TENSOR_CORES=0, on CUDA cores as older GPUs run them: the route
     taken, the float64 reference matched, the same bits on every call."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    monkeypatch.setenv(TENSOR_CORES_ENV_VAR, tensor_cores)
+    monkeypatch.setenv(sequence.TENSOR_CORES_ENV_VAR, tensor_cores)
     monkeypatch.setattr(sequence, "_persistent_fits", {})  # asked again under this setting
     args = seq_args(steps, batch, features, state, dtype, "cuda")
     assert sequence._route(args[0], steps, batch, features, state) == sequence.ONE_CALL
@@ -696,7 +693,7 @@ def test_tensor_cores_switch(monkeypatch, dtype):
     args = seq_args(100, 64, 16, 256, dtype, "cuda", requires_grad=False)
     results = {}
     for setting in ("1", "0"):
-        monkeypatch.setenv(TENSOR_CORES_ENV_VAR, setting)
+        monkeypatch.setenv(sequence.TENSOR_CORES_ENV_VAR, setting)
         output, (_, c_n) = pyroundlib.lltm_sequence(*args[:3], tuple(args[3:]))
         results[setting] = torch.cat([output.flatten(), c_n.flatten()])
     assert not torch.equal(results["1"], results["0"])
@@ -925,7 +922,7 @@ def test_tensor_cores_on_the_second_device(monkeypatch, state):
     device plans its own grid (and sets its kernels' attributes), and the library launches
     on the tensors' device."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    monkeypatch.setenv(TENSOR_CORES_ENV_VAR, "1")
+    monkeypatch.setenv(sequence.TENSOR_CORES_ENV_VAR, "1")
     torch.cuda.set_device(0)
     for device in ("cuda:1", "cuda:0", "cuda:1"):
         args = seq_args(6, 5, 4, state, torch.bfloat16, device)

@@ -150,8 +150,8 @@ PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, const void *
  * recurrent half and the pointwise steps of all T steps: on CUDA in one cooperative launch,
  * the slice of W_h each block needs held on chip for the whole sequence (float16/bfloat16
  * products on tensor cores on sm_80+ where the plan finds that faster; the environment
- * variable PYROUNDLIB_TENSOR_CORES=1 / 0, read when a (batch, state) is first planned, takes
- * them wherever they fit / never); on the CPU in one
+ * variable PYROUNDLIB_TENSOR_CORES=1 / 0, read at each call (a plan is kept per setting),
+ * takes them wherever they fit / never); on the CPU in one
  * loop (for short sequences and small states: no per-step call overhead) whose batch rows
  * are split among up to prl_cpu_threads() threads.
  *

@@ -173,7 +173,7 @@ int main() {
             lltm_case<uint16_t>(PRL_FLOAT16, 9, state, with_grad_h);
             lltm_case<uint16_t>(PRL_BFLOAT16, 9, state, with_grad_h);
         }
-    for (int64_t state : {64, 33, 100, 300}) {  // one column tile (float32, bfloat16 at 64, 33), a cluster, the grid
+    for (int64_t state : {64, 33, 100, 300}) {  // float32: one column tile at 64 and 33, a cluster, the grid
         sequence_case<float>(PRL_FLOAT32, 4, 7, state);
         sequence_case<double>(PRL_FLOAT64, 3, 5, state);
     }
