@@ -134,6 +134,23 @@ def has_tangent(tensors) -> bool:
     return any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
+# Where torch.library.register_vmap exists (public from torch 2.4), an op called directly
+# under vmap can have a batching rule of its own, and the entry points call their op's eager
+# twin directly where no gradient is wanted (``no_gradient_wanted``); a torch without it keeps
+# the autograd Function, whose ``vmap`` rule covers them.
+DIRECT_WITHOUT_GRAD = hasattr(torch.library, "register_vmap")
+
+
+def no_gradient_wanted(tensors) -> bool:
+    """Whether an eager call wants no gradient: grad mode off (``no_grad``, inference mode) or
+    none of ``tensors`` requiring grad.  There an entry point skips its autograd Function's
+    ``apply`` (binding, a node's context: host time of every call) and calls the op's eager
+    twin.  Under torch.func.grad the inputs require grad at its level, so the Function runs;
+    under torch.compile, export and ``jit.trace`` the answer is no (``function_for`` picks)."""
+    return (not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
+
+
 def function_for(op, traced, eager):
     """What an entry point calls with its tensors:
 

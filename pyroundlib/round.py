@@ -19,7 +19,8 @@ Layers:
 import torch
 from torch import Tensor
 
-from ._common import LIBRARY, DTYPE_CODES, Kernel, check_tensor, define_op, function_for, has_tangent, signature_once
+from ._common import (DIRECT_WITHOUT_GRAD, LIBRARY, DTYPE_CODES, Kernel, check_tensor, define_op, function_for,
+                      has_tangent, no_gradient_wanted, signature_once)
 from .reference import round_ste_reference
 
 _round_kernel = Kernel("round")
@@ -57,10 +58,7 @@ def _round_vmap(info, in_dims, x):
 # Where no gradient is wanted (grad mode off, or x does not require grad: inference, an
 # optimiser step, vmap alone) eager ``round_ste`` calls the kernel's op directly, without
 # ``RoundSTEFunction.apply``: ~8 of its ~19 us of host time at 2^16 floats on the
-# development VM (benchmarks/NOTES.md).  Under vmap the op then needs a batching rule of its
-# own (``torch.library.register_vmap``, public from torch 2.4); a torch without it keeps the
-# Function.  Under torch.func.grad the input requires grad at its level, so the Function runs.
-DIRECT_WITHOUT_GRAD = hasattr(torch.library, "register_vmap")
+# development VM (benchmarks/NOTES.md).  Under vmap the op then needs its own batching rule.
 if DIRECT_WITHOUT_GRAD:
     torch.library.register_vmap("pyroundlib::round_ste_no_autograd", _round_vmap, lib=LIBRARY)
 
@@ -126,8 +124,7 @@ def round_ste(x: Tensor) -> Tensor:
     check_tensor("x", x)  # raises for bad input, naming x
     if has_tangent((x,)):  # forward mode: the idiom in torch ops (under torch.compile the op's tangent is lost)
         return round_ste_reference(x)
-    if (DIRECT_WITHOUT_GRAD and not (x.requires_grad and torch.is_grad_enabled())
-            and not torch.compiler.is_compiling() and not torch.jit.is_tracing()):
+    if DIRECT_WITHOUT_GRAD and no_gradient_wanted((x,)):
         return torch.ops.pyroundlib.round_ste_no_autograd.default(x)  # eager, no gradient wanted (above)
     return function_for(torch.ops.pyroundlib.round_ste.default, _RoundSTENoJvp, RoundSTEFunction)(x)
 

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _ffi, graphs
-from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor,
-                      define_op, function_for, has_tangent, ptr, signature_once)
+from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
+                      check_tensor, define_op, function_for, has_tangent, no_gradient_wanted, ptr, signature_once)
 from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differentiable,
                    _pointwise_jvp)
 
@@ -45,7 +45,12 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           one library call per direction, the weights staged in shared memory (where they fit,
 #           and T*B*S < FUSED_MAX_WORK): short sequences of small states, where a torch GEMM's
 #           host time would outweigh its work.  A step is serial in S + I, so past
-#           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.
+#           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.  The
+#           forward takes the persistent kernels wherever they fit too, from
+#           PERSISTENT_FORWARD_FROM_STEPS steps or at a batch of one: there they took 0.30-0.90x
+#           the fused forward's GPU time (H100, T 4-64, B 1-64, S 32-64, float32 and bfloat16,
+#           2026-11-26; benchmarks/NOTES.md), and the fused backward takes either forward's
+#           results.
 # ONE_CALL  The recurrence in one library call per direction.  CUDA, where the recurrent weights
 #           fit in the registers of one co-resident grid (the persistent kernels; in 16 bits on
 #           sm_80+ their products run on tensor cores where that is faster: the library's plan),
@@ -76,6 +81,7 @@ TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
 FUSED, ONE_CALL, REPLAYED, STEPS = "fused", "one call", "replayed steps", "steps"
 FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
 FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
+PERSISTENT_FORWARD_FROM_STEPS = 8  # T from which the forward takes the persistent kernels there (B = 1: any T)
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels beat the replayed loop
 PERSISTENT_MIN_STEPS = 16  # T from which they beat it at any T * B * S
 # A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
@@ -92,8 +98,9 @@ _TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
 INPUT_HALF_BY_TORCH_FROM = 1 << 20
 
 
-def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
-    """FUSED, ONE_CALL, REPLAYED or STEPS for a sequence of T >= 1 steps (above)."""
+def _route(t: Tensor, steps: int, batch: int, features: int, state: int, forward: bool = False) -> str:
+    """FUSED, ONE_CALL, REPLAYED or STEPS for a sequence of T >= 1 steps (above); ``forward``:
+    for the forward pass (else the backward's)."""
     choice = os.environ.get(PERSISTENT_ENV_VAR, "")
     if t.is_cpu:
         accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the library's sequence loop takes
@@ -104,6 +111,8 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
     fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
         and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
     if fused and (choice == "fused" or steps <= FUSED_MAX_STEPS or not persistent):
+        if forward and persistent and not choice and (steps >= PERSISTENT_FORWARD_FROM_STEPS or batch == 1):
+            return ONE_CALL
         return FUSED
     if persistent and (choice == "1" or not tensor_cores or steps >= PERSISTENT_MIN_STEPS
                        or steps * batch * state >= PERSISTENT_MIN_WORK):
@@ -325,7 +334,7 @@ def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Te
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
     steps, batch, features = input.shape
     state = h0.shape[1]
-    route = _route(input, steps, batch, features, state) if steps else STEPS
+    route = _route(input, steps, batch, features, state, forward=True) if steps else STEPS
     if route is FUSED:
         return _forward_whole(_fused_forward_kernel, input, weights, bias, h0, c0)
     if route is ONE_CALL:
@@ -485,7 +494,7 @@ class _LLTMSequenceNoJvp(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, input, weights, bias, h0, c0):
-        return _vmap_sequence(_LLTMSequenceNoJvp, info, in_dims, input, weights, bias, h0, c0)
+        return _vmap_sequence(_LLTMSequenceNoJvp.apply, info, in_dims, input, weights, bias, h0, c0)
 
 
 @signature_once
@@ -529,12 +538,13 @@ class LLTMSequenceFunction(_LLTMSequenceNoJvp):
 
     @staticmethod
     def vmap(info, in_dims, input, weights, bias, h0, c0):
-        return _vmap_sequence(LLTMSequenceFunction, info, in_dims, input, weights, bias, h0, c0)
+        return _vmap_sequence(LLTMSequenceFunction.apply, info, in_dims, input, weights, bias, h0, c0)
 
 
-def _vmap_sequence(function, info, in_dims, input, weights, bias, h0, c0):
-    """vmap: with shared weights the vmapped dimension folds into the batch; with batched
-    weights (an ensemble), one sequence per set of weights."""
+def _vmap_sequence(run, info, in_dims, input, weights, bias, h0, c0):
+    """vmap of ``run`` (a Function's ``apply``, or the eager twin op): with shared weights the
+    vmapped dimension folds into the batch; with batched weights (an ensemble), one sequence
+    per set of weights."""
     n = info.batch_size
 
     def first(t, dim):
@@ -543,12 +553,21 @@ def _vmap_sequence(function, info, in_dims, input, weights, bias, h0, c0):
     input, weights, bias, h0, c0 = (first(t, d) for t, d in zip((input, weights, bias, h0, c0), in_dims))
     if in_dims[1] is None and in_dims[2] is None:
         batch = input.shape[2]
-        outs = function.apply(input.transpose(0, 1).flatten(1, 2), weights[0], bias[0], h0.flatten(0, 1),
-                              c0.flatten(0, 1))
+        outs = run(input.transpose(0, 1).flatten(1, 2), weights[0], bias[0], h0.flatten(0, 1), c0.flatten(0, 1))
         output, c_n, cells, gates = (o.unflatten(-2 if o.dim() == 2 else 1, (n, batch)) for o in outs)
         return (output, c_n, cells, gates), (1, 0, 1, 1)
-    outs = [function.apply(*args) for args in zip(input, weights, bias, h0, c0)]
+    outs = [run(*args) for args in zip(input, weights, bias, h0, c0)]
     return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0, 0)
+
+
+# Where no gradient is wanted (inference, an optimiser step, vmap alone) ``lltm_sequence`` calls
+# the eager twin directly, without LLTMSequenceFunction.apply (``no_gradient_wanted``): the
+# twin then needs a batching rule of its own.
+if DIRECT_WITHOUT_GRAD:
+    torch.library.register_vmap(
+        "pyroundlib::lltm_sequence_forward_no_autograd",
+        lambda info, in_dims, *args: _vmap_sequence(torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default,
+                                                    info, in_dims, *args), lib=LIBRARY)
 
 
 # ---- entry points ------------------------------------------------------------------------------------
@@ -580,8 +599,11 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
     if has_tangent((input, weights, bias, h0, c0)):  # forward mode: torch's formulas, right to any order
         _check_sequence_args(input, weights, bias, h0, c0)
         return _sequence_differentiable(input, weights, bias, h0, c0)
-    output, c_n, *_ = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp,
-                                   LLTMSequenceFunction)(input, weights, bias, h0, c0)
+    if DIRECT_WITHOUT_GRAD and no_gradient_wanted((input, weights, bias, h0, c0)):
+        run = torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default  # no node: no gradient is wanted
+    else:
+        run = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp, LLTMSequenceFunction)
+    output, c_n, *_ = run(input, weights, bias, h0, c0)
     return output, (output[-1], c_n)
 
 

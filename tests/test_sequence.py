@@ -244,9 +244,47 @@ def test_func_grad_and_jacrev(device):
     torch.testing.assert_close(func.jacrev(ours, argnums=ARGNUMS)(*args), func.jacrev(reference, argnums=ARGNUMS)(*args))
 
 
+@pytest.fixture(params=[True, False], ids=["direct-without-grad", "function-always"])
+def sequence_route(request, monkeypatch):
+    """lltm_sequence where no gradient is wanted: the eager twin op called directly (its own
+    vmap rule), or, as on a torch without torch.library.register_vmap, LLTMSequenceFunction."""
+    if request.param and not sequence.DIRECT_WITHOUT_GRAD:
+        pytest.skip("this torch has no torch.library.register_vmap")
+    monkeypatch.setattr(sequence, "DIRECT_WITHOUT_GRAD", request.param)
+    return request.param
+
+
+def test_sequence_skips_the_function_only_where_no_gradient_is_wanted(device, sequence_route, monkeypatch):
+    """No gradient wanted (grad mode off, inference mode, no input requiring grad): the same
+    bits with or without the Function, right against the reference, and results that need no
+    graph; wanted (any one input requiring grad): the Function, with its gradients."""
+    calls = []
+    apply = sequence.LLTMSequenceFunction.apply
+    monkeypatch.setattr(sequence.LLTMSequenceFunction, "apply", lambda *a: calls.append(1) or apply(*a))
+    args = seq_args(5, 3, 4, 6, torch.float32, device)
+    want = reference(*args)
+    with_function = [t.detach() for t in ours(*args)]
+    plain = [a.detach() for a in args]
+    with torch.no_grad():
+        got = ours(*args)
+    with torch.inference_mode():
+        inferred = ours(*plain)
+    detached = ours(*plain)
+    assert len(calls) == (1 if sequence_route else 4)
+    for result in (got, inferred, detached):
+        assert all(torch.equal(g, w) for g, w in zip(result, with_function))
+        assert not any(t.requires_grad for t in result)
+        torch.testing.assert_close(result, [w.detach() for w in want])
+    only_bias = plain[:2] + [plain[2].clone().requires_grad_()] + plain[3:]
+    out = ours(*only_bias)
+    assert len(calls) == (2 if sequence_route else 5) and out[0].requires_grad
+    torch.testing.assert_close(torch.autograd.grad(weighted_loss(out), only_bias[2]),
+                               torch.autograd.grad(weighted_loss(want), args[2]))
+
+
 @pytest.mark.parametrize("in_dims", [(0, None, None, 0, 0), (2, None, None, None, 0), (0, 0, 0, 0, 0)],
                          ids=["batched-data", "mixed-dims", "ensemble"])
-def test_vmap(device, in_dims):
+def test_vmap(device, in_dims, sequence_route):
     args = seq_args(3, 2, 3, 4, torch.float64, device, requires_grad=False)
     batched = [a if d is None else torch.stack([a, 0.5 * a], dim=d) for a, d in zip(args, in_dims)]
     torch.testing.assert_close(func.vmap(ours, in_dims=in_dims)(*batched),
@@ -733,6 +771,43 @@ def test_route_by_default(monkeypatch, dtype, shape, tf32, want):
     if want == sequence.REPLAYED:
         monkeypatch.setenv(graphs.ENV_VAR, "0")
         assert sequence._route(torch.empty(1, device="cuda", dtype=dtype), *shape) == sequence.STEPS
+
+
+# (dtype, (T, B, I, S)) -> the routes of the forward and the backward by default, where they differ
+CUDA_FORWARD_ROUTES = [
+    (torch.float32, (8, 32, 8, 64), sequence.ONE_CALL, sequence.FUSED),  # the persistent forward from 8 steps
+    (torch.bfloat16, (64, 16, 32, 32), sequence.ONE_CALL, sequence.FUSED),
+    (torch.float64, (8, 32, 8, 64), sequence.ONE_CALL, sequence.FUSED),
+    (torch.float32, (7, 32, 8, 64), sequence.FUSED, sequence.FUSED),  # fewer steps: the fused forward
+    (torch.float16, (4, 1, 8, 64), sequence.ONE_CALL, sequence.FUSED),  # a batch of one: persistent at any T
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype,shape,forward,backward", CUDA_FORWARD_ROUTES, ids=str)
+def test_forward_route_by_default(monkeypatch, dtype, shape, forward, backward):
+    """Where the fused kernels run, the forward takes the persistent kernels from
+    PERSISTENT_FORWARD_FROM_STEPS steps or at a batch of one; a forced route applies to both."""
+    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
+    t = torch.empty(1, device="cuda", dtype=dtype)
+    assert (sequence._route(t, *shape, forward=True), sequence._route(t, *shape)) == (forward, backward)
+    for choice, route in (("fused", sequence.FUSED), ("1", sequence.ONE_CALL)):
+        monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, choice)
+        assert sequence._route(t, *shape, forward=True) == sequence._route(t, *shape) == route
+
+
+@requires_cuda
+@pytest.mark.parametrize("steps,batch,features,state", [(8, 32, 8, 64), (5, 1, 3, 33), (20, 7, 5, 90)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+def test_persistent_forward_with_fused_backward(monkeypatch, steps, batch, features, state, dtype):
+    """The default at these sizes: the persistent forward, then the fused backward from what it
+    saved; the float64 reference matched, the same bits on every call."""
+    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
+    args = seq_args(steps, batch, features, state, dtype, "cuda")
+    assert sequence._route(args[0], steps, batch, features, state, forward=True) == sequence.ONE_CALL
+    assert sequence._route(args[0], steps, batch, features, state) == sequence.FUSED
+    check_against_reference(args, TOLERANCES[dtype])
+    check_repeatable(args)
 
 
 @requires_cuda
