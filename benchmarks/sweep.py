@@ -231,9 +231,8 @@ def main(argv=None):
     results, routes, applied = [], {}, []
     for case, size, label in cases:
         with case_settings(case, applied):  # the route as the default takes it under the case's settings
-            t = torch.empty(0, device="cuda", dtype=DTYPES[label])
-            forward, backward = sequence._route(t, *size, forward=True), sequence._route(t, *size)
-            routes[case.name] = forward if forward == backward or "inference" in case.name else f"{forward} + {backward}"
+            routes[case.name] = sequence._route(torch.empty(0, device="cuda", dtype=DTYPES[label]), *size,
+                                                inference="inference" in case.name)
             try:
                 result = run_case(case, torch.device("cuda"), args.rounds, 0.05)
             except Exception as e:  # noqa: BLE001 - a peer's failure is recorded, the sweep goes on

@@ -45,12 +45,12 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           one library call per direction, the weights staged in shared memory (where they fit,
 #           and T*B*S < FUSED_MAX_WORK): short sequences of small states, where a torch GEMM's
 #           host time would outweigh its work.  A step is serial in S + I, so past
-#           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.  The
-#           forward takes the persistent kernels wherever they fit too, from
-#           PERSISTENT_FORWARD_FROM_STEPS steps or at a batch of one: there they took 0.30-0.90x
-#           the fused forward's GPU time (H100, T 4-64, B 1-64, S 32-64, float32 and bfloat16,
-#           2026-11-26; benchmarks/NOTES.md), and the fused backward takes either forward's
-#           results.
+#           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.  A call
+#           that wants no gradient (inference) takes the persistent kernels there too, from
+#           PERSISTENT_INFERENCE_FROM_STEPS steps or at a batch of one, where the fused forward
+#           is slower (wall time 0.40-0.79x of the fused forward's, and 1.09-1.20x at fewer steps,
+#           where both are host-bound; before a backward the fused pair stays as fast or faster:
+#           benchmarks/NOTES.md).
 # ONE_CALL  The recurrence in one library call per direction.  CUDA, where the recurrent weights
 #           fit in the registers of one co-resident grid (the persistent kernels; in 16 bits on
 #           sm_80+ their products run on tensor cores where that is faster: the library's plan),
@@ -81,7 +81,7 @@ TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
 FUSED, ONE_CALL, REPLAYED, STEPS = "fused", "one call", "replayed steps", "steps"
 FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
 FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
-PERSISTENT_FORWARD_FROM_STEPS = 8  # T from which the forward takes the persistent kernels there (B = 1: any T)
+PERSISTENT_INFERENCE_FROM_STEPS = 32  # T from which inference takes the persistent kernels there (B = 1: any T)
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels beat the replayed loop
 PERSISTENT_MIN_STEPS = 16  # T from which they beat it at any T * B * S
 # A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
@@ -98,9 +98,9 @@ _TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
 INPUT_HALF_BY_TORCH_FROM = 1 << 20
 
 
-def _route(t: Tensor, steps: int, batch: int, features: int, state: int, forward: bool = False) -> str:
-    """FUSED, ONE_CALL, REPLAYED or STEPS for a sequence of T >= 1 steps (above); ``forward``:
-    for the forward pass (else the backward's)."""
+def _route(t: Tensor, steps: int, batch: int, features: int, state: int, inference: bool = False) -> str:
+    """FUSED, ONE_CALL, REPLAYED or STEPS for a sequence of T >= 1 steps (above); ``inference``:
+    for a forward that no backward follows."""
     choice = os.environ.get(PERSISTENT_ENV_VAR, "")
     if t.is_cpu:
         accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the library's sequence loop takes
@@ -111,7 +111,7 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int, forward
     fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
         and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
     if fused and (choice == "fused" or steps <= FUSED_MAX_STEPS or not persistent):
-        if forward and persistent and not choice and (steps >= PERSISTENT_FORWARD_FROM_STEPS or batch == 1):
+        if inference and persistent and not choice and (steps >= PERSISTENT_INFERENCE_FROM_STEPS or batch == 1):
             return ONE_CALL
         return FUSED
     if persistent and (choice == "1" or not tensor_cores or steps >= PERSISTENT_MIN_STEPS
@@ -328,13 +328,14 @@ def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights
 
 # ---- the ops -------------------------------------------------------------------------------------
 
-def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
-    """-> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S])."""
+def _forward_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, inference: bool = False):
+    """-> (output [T, B, S], c_n [B, S], cells [T, B, S], gates [T, B, 3S]); ``inference``: no
+    backward follows (the routes of ``_route``)."""
     _check_sequence_args(input, weights, bias, h0, c0)  # raises for bad input, naming it
     input, weights, bias, h0, c0 = (t.contiguous() for t in (input, weights, bias, h0, c0))
     steps, batch, features = input.shape
     state = h0.shape[1]
-    route = _route(input, steps, batch, features, state, forward=True) if steps else STEPS
+    route = _route(input, steps, batch, features, state, inference) if steps else STEPS
     if route is FUSED:
         return _forward_whole(_fused_forward_kernel, input, weights, bias, h0, c0)
     if route is ONE_CALL:
@@ -560,14 +561,21 @@ def _vmap_sequence(run, info, in_dims, input, weights, bias, h0, c0):
     return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0, 0)
 
 
-# Where no gradient is wanted (inference, an optimiser step, vmap alone) ``lltm_sequence`` calls
-# the eager twin directly, without LLTMSequenceFunction.apply (``no_gradient_wanted``): the
-# twin then needs a batching rule of its own.
+def _inference_op(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
+    return _forward_op(input, weights, bias, h0, c0, inference=True)
+
+
+# Where no gradient is wanted (inference, an optimiser step, vmap alone) eager
+# ``lltm_sequence`` calls this op directly, without LLTMSequenceFunction.apply
+# (``no_gradient_wanted``): the forward op's results and checks, no autograd formula, and the
+# routes of a forward no backward follows.  It then needs a batching rule of its own.
+define_op("lltm_sequence_inference(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0) "
+          "-> (Tensor, Tensor, Tensor, Tensor)", _inference_op, _forward_fake)
 if DIRECT_WITHOUT_GRAD:
     torch.library.register_vmap(
-        "pyroundlib::lltm_sequence_forward_no_autograd",
-        lambda info, in_dims, *args: _vmap_sequence(torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default,
-                                                    info, in_dims, *args), lib=LIBRARY)
+        "pyroundlib::lltm_sequence_inference",
+        lambda info, in_dims, *args: _vmap_sequence(torch.ops.pyroundlib.lltm_sequence_inference.default, info,
+                                                    in_dims, *args), lib=LIBRARY)
 
 
 # ---- entry points ------------------------------------------------------------------------------------
@@ -600,7 +608,7 @@ def lltm_sequence(input: Tensor, weights: Tensor, bias: Tensor,
         _check_sequence_args(input, weights, bias, h0, c0)
         return _sequence_differentiable(input, weights, bias, h0, c0)
     if DIRECT_WITHOUT_GRAD and no_gradient_wanted((input, weights, bias, h0, c0)):
-        run = torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default  # no node: no gradient is wanted
+        run = torch.ops.pyroundlib.lltm_sequence_inference.default  # no node: no gradient is wanted
     else:
         run = function_for(torch.ops.pyroundlib.lltm_sequence_forward.default, _LLTMSequenceNoJvp, LLTMSequenceFunction)
     output, c_n, *_ = run(input, weights, bias, h0, c0)

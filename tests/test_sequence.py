@@ -339,6 +339,7 @@ def test_opcheck(device, dtype):
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward.default,
                           [a.clone().requires_grad_() for a in args])
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default, args)
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_inference.default, args)
     output, c_n, cells, gates = torch.ops.pyroundlib.lltm_sequence_forward(*args)
     grads = (torch.randn_like(output), torch.randn_like(c_n))
     torch.library.opcheck(torch.ops.pyroundlib.lltm_sequence_backward.default,
@@ -773,41 +774,51 @@ def test_route_by_default(monkeypatch, dtype, shape, tf32, want):
         assert sequence._route(torch.empty(1, device="cuda", dtype=dtype), *shape) == sequence.STEPS
 
 
-# (dtype, (T, B, I, S)) -> the routes of the forward and the backward by default, where they differ
-CUDA_FORWARD_ROUTES = [
-    (torch.float32, (8, 32, 8, 64), sequence.ONE_CALL, sequence.FUSED),  # the persistent forward from 8 steps
+# (dtype, (T, B, I, S)) -> the routes by default of a call that wants no gradient and of one that does
+CUDA_INFERENCE_ROUTES = [
+    (torch.float32, (32, 4, 64, 64), sequence.ONE_CALL, sequence.FUSED),  # inference: persistent from 32 steps
     (torch.bfloat16, (64, 16, 32, 32), sequence.ONE_CALL, sequence.FUSED),
-    (torch.float64, (8, 32, 8, 64), sequence.ONE_CALL, sequence.FUSED),
-    (torch.float32, (7, 32, 8, 64), sequence.FUSED, sequence.FUSED),  # fewer steps: the fused forward
+    (torch.float64, (32, 32, 8, 64), sequence.ONE_CALL, sequence.FUSED),
+    (torch.float32, (31, 32, 8, 64), sequence.FUSED, sequence.FUSED),  # fewer steps: the fused forward
     (torch.float16, (4, 1, 8, 64), sequence.ONE_CALL, sequence.FUSED),  # a batch of one: persistent at any T
 ]
 
 
 @requires_cuda
-@pytest.mark.parametrize("dtype,shape,forward,backward", CUDA_FORWARD_ROUTES, ids=str)
-def test_forward_route_by_default(monkeypatch, dtype, shape, forward, backward):
-    """Where the fused kernels run, the forward takes the persistent kernels from
-    PERSISTENT_FORWARD_FROM_STEPS steps or at a batch of one; a forced route applies to both."""
+@pytest.mark.parametrize("dtype,shape,inference,training", CUDA_INFERENCE_ROUTES, ids=str)
+def test_inference_route_by_default(monkeypatch, dtype, shape, inference, training):
+    """Where the fused kernels run, a call that wants no gradient takes the persistent kernels
+    from PERSISTENT_INFERENCE_FROM_STEPS steps or at a batch of one; a forced route applies to
+    both."""
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
     t = torch.empty(1, device="cuda", dtype=dtype)
-    assert (sequence._route(t, *shape, forward=True), sequence._route(t, *shape)) == (forward, backward)
+    assert (sequence._route(t, *shape, inference=True), sequence._route(t, *shape)) == (inference, training)
     for choice, route in (("fused", sequence.FUSED), ("1", sequence.ONE_CALL)):
         monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, choice)
-        assert sequence._route(t, *shape, forward=True) == sequence._route(t, *shape) == route
+        assert sequence._route(t, *shape, inference=True) == sequence._route(t, *shape) == route
 
 
-@requires_cuda
-@pytest.mark.parametrize("steps,batch,features,state", [(8, 32, 8, 64), (5, 1, 3, 33), (20, 7, 5, 90)])
+@pytest.mark.parametrize("steps,batch,features,state", [(32, 6, 8, 64), (5, 1, 3, 33), (40, 7, 5, 90)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
-def test_persistent_forward_with_fused_backward(monkeypatch, steps, batch, features, state, dtype):
-    """The default at these sizes: the persistent forward, then the fused backward from what it
-    saved; the float64 reference matched, the same bits on every call."""
-    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
-    args = seq_args(steps, batch, features, state, dtype, "cuda")
-    assert sequence._route(args[0], steps, batch, features, state, forward=True) == sequence.ONE_CALL
-    assert sequence._route(args[0], steps, batch, features, state) == sequence.FUSED
-    check_against_reference(args, TOLERANCES[dtype])
-    check_repeatable(args)
+def test_inference(device, dtype, steps, batch, features, state):
+    """A call that wants no gradient (on CUDA at these sizes the persistent kernels, where a
+    training call takes the fused ones) against the float64 reference, the same bits in
+    inference mode, under no_grad and with inputs that require no grad."""
+    args = [a.detach() for a in seq_args(steps, batch, features, state, dtype, device)]
+    if device == "cuda":
+        assert sequence._route(args[0], steps, batch, features, state, inference=True) == sequence.ONE_CALL
+    with torch.inference_mode():
+        got = ours(*args)
+    with torch.no_grad():
+        assert all(torch.equal(g, w) for g, w in zip(ours(*[a.clone().requires_grad_() for a in args]), got))
+    assert all(torch.equal(g, w) for g, w in zip(ours(*args), got))
+    want = reference(*[a.to(torch.float64) for a in args])
+    tol = TOLERANCES[dtype]
+    scale = steps / 10 if dtype in (torch.float16, torch.bfloat16) and steps > 10 else 1.0
+    for g, w in zip(got, want):
+        assert g.dtype == dtype and g.shape == w.shape
+        atol = tol["atol"] * scale * max(1.0, w.abs().max().item()) if dtype != torch.float64 else tol["atol"]
+        torch.testing.assert_close(g.to(w.dtype), w, rtol=tol["rtol"] * scale, atol=atol)
 
 
 @requires_cuda
