@@ -214,9 +214,12 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 
 // How a call's work is split among threads.  Waking the threads costs microseconds (about
 // ten on 16 cores):
-//   - by rows (whole_parts > 0): parts of whole tiles, each running the whole sequence, each
-//     with at least kMinPartWork multiply-adds over the sequence;
-//   - step by step (whole_parts == 0): each step's product split into step_parts ranges of
+//   - by rows (row_parts > 0): parts of as nearly equal row counts as the batch allows (each
+//     part's rows in whole tiles, then the rows left over as one narrower tile: `product`),
+//     each running the whole sequence, each with at least kMinPartWork multiply-adds over the
+//     sequence, at most as many parts as the batch has tiles.  Parts of whole tiles were up
+//     to a tile apart: 34 and 30 rows of a batch of 64, 10 and 6 of 16, on two threads;
+//   - step by step (row_parts == 0): each step's product split into step_parts ranges of
 //     column panels, each with at least kMinStepPartWork multiply-adds, then the cells in
 //     chunks of rows.  A fork-join a step; taken where it gives more than twice the threads
 //     the row split can (a batch of fewer tiles than threads: small batches, wide states).
@@ -236,7 +239,7 @@ constexpr int64_t kBlasMaxBatch = 4;
 constexpr double kBlasMinWork = double(1 << 17);
 
 struct Plan {
-    int64_t rows_per_tile, tiles, padded, panels, whole_parts, step_parts;
+    int64_t rows_per_tile, tiles, padded, panels, row_parts, step_parts;
     bool blas;
 
     // a product of [batch, k] x [k, cols] per step, for `steps` steps; have_blas: one is there
@@ -250,14 +253,15 @@ struct Plan {
         const int64_t by_rows = std::min({threads, tiles, limit(double(steps) * step_work / kMinPartWork)});
         step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork)});
         blas = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
-        whole_parts = blas || step_parts > 2 * by_rows ? 0 : by_rows;
+        row_parts = blas || step_parts > 2 * by_rows ? 0 : by_rows;
     }
     static int64_t limit(double parts) { return int64_t(std::min(std::max(1.0, parts), 1e9)); }
-    // whole_parts > 0: the first row of part p and its row count
+    // row_parts > 0: the first row of part p and its row count (the most: part_rows)
     void rows(int64_t p, int64_t batch, int64_t &first, int64_t &count) const {
-        first = rows_per_tile * (p * tiles / whole_parts);
-        count = std::min(rows_per_tile * ((p + 1) * tiles / whole_parts), batch) - first;
+        first = p * batch / row_parts;
+        count = (p + 1) * batch / row_parts - first;
     }
+    int64_t part_rows(int64_t batch) const { return (batch + row_parts - 1) / row_parts; }
     // step_parts: the columns [begin, end) of part p, in whole panels of panel_width
     void columns(int64_t p, int64_t panel_width, int64_t &begin, int64_t &end) const {
         begin = panel_width * (p * panels / step_parts);
@@ -333,7 +337,7 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
     const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
     if (!plan.blas)
         w = pack_panels<A>(state, width, n, true, [&](int64_t k, int64_t g) { return prl::load(w_h[g * ldw + k]); });
-    if (plan.whole_parts == 0) {
+    if (plan.row_parts == 0) {
         // step by step: left holds h_{t-1} (rows past the batch zero), the cells write the next one
         std::vector<A> left((size_t)(plan.padded * state), A(0)), rec((size_t)(plan.padded * n));
         to_arithmetic(h0, cell, left.data());
@@ -352,10 +356,10 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
         }
         return;
     }
-    const int64_t part_rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
+    const int64_t part_rows = plan.part_rows(batch);
     const int64_t scratch_per_part = part_rows * (state + n);  // left, then rec
-    std::vector<A> scratch((size_t)(plan.whole_parts * scratch_per_part), A(0));
-    prl::run_parts(plan.whole_parts, [&](int64_t p) {
+    std::vector<A> scratch((size_t)(plan.row_parts * scratch_per_part), A(0));
+    prl::run_parts(plan.row_parts, [&](int64_t p) {
         int64_t first, count;
         plan.rows(p, batch, first, count);
         A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * state;
@@ -388,7 +392,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
     const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
     if (!plan.blas)
         w = pack_panels<A>(k, state, n, false, [&](int64_t g, int64_t j) { return prl::load(w_h[g * ldw + j]); });
-    if (plan.whole_parts == 0) {
+    if (plan.row_parts == 0) {
         // step by step: left holds d_gates[t + 1] (rows past it zero: in a packed batch a row
         // enters at its own last step, with no gradient from a later one), the cells write
         // the next one
@@ -418,10 +422,10 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
             for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
         return;
     }
-    const int64_t part_rows = plan.rows_per_tile * ((plan.tiles + plan.whole_parts - 1) / plan.whole_parts);
+    const int64_t part_rows = plan.part_rows(batch);
     const int64_t scratch_per_part = part_rows * (k + n + state);  // left, rec, d_cell
-    std::vector<A> scratch((size_t)(plan.whole_parts * scratch_per_part), A(0));
-    prl::run_parts(plan.whole_parts, [&](int64_t p) {
+    std::vector<A> scratch((size_t)(plan.row_parts * scratch_per_part), A(0));
+    prl::run_parts(plan.row_parts, [&](int64_t p) {
         int64_t first, count;
         plan.rows(p, batch, first, count);
         A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * k, *d_cell = rec + part_rows * n;
