@@ -462,6 +462,25 @@ def test_packed_routes(monkeypatch, device, route, dtype):
     check_stacked(layer, x, state, loss, value, grads)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("route", ["", "0"], ids=["one-call", "step-loop"])
+def test_packed_inference_runs_no_autograd_node(monkeypatch, device, route):
+    """A pack where no gradient is wanted (inference mode, no_grad) runs each direction's
+    forward without PackedLLTMFunction: the same bits as with it, results that need no graph."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    layer, x, state, _ = stacked_case(device)
+    output, (h, c) = layer(x, state)
+    want = [t.detach() for t in (output.data, h, c)]
+    calls = []
+    apply = pyroundlib._packed.PackedLLTMFunction.apply
+    monkeypatch.setattr(pyroundlib._packed.PackedLLTMFunction, "apply", lambda *a: calls.append(1) or apply(*a))
+    for mode in (torch.inference_mode, torch.no_grad):
+        with mode():
+            output, (h, c) = layer(x, state)
+        assert all(torch.equal(g, w) and not g.requires_grad for g, w in zip((output.data, h, c), want))
+    assert not calls
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype,state", [(torch.float32, 64), (torch.float32, 100), (torch.float32, 300),
                                          (torch.bfloat16, 64), (torch.bfloat16, 100), (torch.float64, 32),

@@ -798,7 +798,7 @@ def test_inference_route_by_default(monkeypatch, dtype, shape, inference, traini
         assert sequence._route(t, *shape, inference=True) == sequence._route(t, *shape) == route
 
 
-@pytest.mark.parametrize("steps,batch,features,state", [(32, 6, 8, 64), (5, 1, 3, 33), (40, 7, 5, 90)])
+@pytest.mark.parametrize("steps,batch,features,state", [(32, 6, 8, 64), (5, 1, 3, 33), (32, 7, 5, 90)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 def test_inference(device, dtype, steps, batch, features, state):
     """A call that wants no gradient (on CUDA at these sizes the persistent kernels, where a
