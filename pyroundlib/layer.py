@@ -157,6 +157,8 @@ class LLTMLayer(torch.nn.Module):
         shaped as x with D*S features."""
         directions = 2 if self.bidirectional else 1
         h_n, c_n = [], []
+        if state is None:  # zeros, shared by every layer and direction (each only reads them)
+            zeros = (x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size))
         for k in range(self.num_layers):
             outputs = []
             for d in range(directions):
@@ -164,7 +166,7 @@ class LLTMLayer(torch.nn.Module):
                 weights = getattr(self, f"weights{suffix}")
                 bias = getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)
                 if state is None:
-                    h0, c0 = x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size)
+                    h0, c0 = zeros
                 else:
                     h0, c0 = state[0][k * directions + d], state[1][k * directions + d]
                 if pack is not None:
