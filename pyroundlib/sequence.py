@@ -48,9 +48,9 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.  A call
 #           that wants no gradient (inference) takes the persistent kernels there too, from
 #           PERSISTENT_INFERENCE_FROM_STEPS steps or at a batch of one, where the fused forward
-#           is slower (wall time 0.40-0.79x of the fused forward's, and 1.09-1.20x at fewer steps,
-#           where both are host-bound; before a backward the fused pair stays as fast or faster:
-#           benchmarks/NOTES.md).
+#           is slower (H100: wall time 0.32-0.80x the fused forward's, 0.98x at (16, 1, 32, 32)
+#           float32; at 8-16 steps and B > 1, where both are host-bound, 1.09-1.20x; before a
+#           backward the fused pair stays, as fast or faster: benchmarks/NOTES.md).
 # ONE_CALL  The recurrence in one library call per direction.  CUDA, where the recurrent weights
 #           fit in the registers of one co-resident grid (the persistent kernels; in 16 bits on
 #           sm_80+ their products run on tensor cores where that is faster: the library's plan),
