@@ -369,15 +369,19 @@ def test_eager_calls_run_the_forward_op_without_its_autograd_formula(device):
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
-def test_export_records_the_differentiable_op(strict):
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad", "no-grad"])
+def test_export_records_the_differentiable_op(strict, grad_mode):
     """An exported program calls the forward op that carries its autograd formula, so it can be
-    trained: its gradients match the eager layer's (strict export too)."""
+    trained: its gradients match the eager layer's (strict export too; exported under no_grad
+    too, where an eager call would run the inference op)."""
     layer = pyroundlib.LLTMLayer(4, 6, batch_first=True)
     x = torch.randn(3, 5, 4)
-    program = torch.export.export(layer, (x,), strict=strict)
+    with torch.set_grad_enabled(grad_mode):
+        program = torch.export.export(layer, (x,), strict=strict)
     targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
     assert torch.ops.pyroundlib.lltm_sequence_forward.default in targets
     assert torch.ops.pyroundlib.lltm_sequence_forward_no_autograd.default not in targets
+    assert torch.ops.pyroundlib.lltm_sequence_inference.default not in targets
     exported = program.module()
     x = torch.randn(3, 5, 4, requires_grad=True)
     got, want = exported(x), layer(x)
