@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_shape, check_tensor, define_composite,
-                      define_op, function_for, has_tangent, ptr, signature_once)
+from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
+                      check_tensor, define_composite, define_op, function_for, has_tangent, no_gradient_wanted, ptr,
+                      signature_once)
 
 _forward_kernel = Kernel("lltm_forward")
 _backward_kernel = Kernel("lltm_backward")
@@ -201,7 +202,7 @@ class _LLTMPointwiseNoJvp(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, gates, old_cell):
-        return _vmap_pointwise(_LLTMPointwiseNoJvp, info, in_dims, gates, old_cell)
+        return _vmap_pointwise(_LLTMPointwiseNoJvp.apply, info, in_dims, gates, old_cell)
 
 
 @signature_once
@@ -233,14 +234,26 @@ class LLTMPointwiseFunction(_LLTMPointwiseNoJvp):
 
     @staticmethod
     def vmap(info, in_dims, gates, old_cell):
-        return _vmap_pointwise(LLTMPointwiseFunction, info, in_dims, gates, old_cell)
+        return _vmap_pointwise(LLTMPointwiseFunction.apply, info, in_dims, gates, old_cell)
 
 
-def _vmap_pointwise(function, info, in_dims, gates, old_cell):
+def _vmap_pointwise(run, info, in_dims, gates, old_cell):
+    """vmap of ``run`` (a Function's ``apply``, or the eager twin op): the batch folds into the rows."""
     rows_gates, rows_cell = _batched_rows(info, in_dims, gates, old_cell)
-    new_h, new_cell = function.apply(rows_gates, rows_cell)
+    new_h, new_cell = run(rows_gates, rows_cell)
     shape = (info.batch_size, -1, new_h.shape[-1])
     return (new_h.reshape(shape), new_cell.reshape(shape)), (0, 0)
+
+
+# Where no gradient is wanted (inference, a decoding loop, vmap alone) eager ``lltm_cell`` calls
+# the eager twin directly, without LLTMPointwiseFunction.apply (``no_gradient_wanted``): 0.70x
+# the host time of a (16, 32, 128) cell under inference_mode on the development VM
+# (benchmarks/NOTES.md).  The twin then needs a batching rule of its own.
+if DIRECT_WITHOUT_GRAD:
+    torch.library.register_vmap(
+        "pyroundlib::lltm_forward_no_autograd",
+        lambda info, in_dims, gates, old_cell: _vmap_pointwise(torch.ops.pyroundlib.lltm_forward_no_autograd.default,
+                                                               info, in_dims, gates, old_cell), lib=LIBRARY)
 
 
 def _check_lltm_args(input, weights, bias, old_h, old_cell) -> None:
@@ -294,9 +307,12 @@ def lltm_cell(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     """
     if torch.jit.is_tracing():
         return torch.ops.pyroundlib.lltm_cell(input, weights, bias, old_h, old_cell)  # record the op
-    return _lltm_cell(input, weights, bias, old_h, old_cell,
-                      function_for(torch.ops.pyroundlib.lltm_forward.default, _LLTMPointwiseNoJvp,
-                                   LLTMPointwiseFunction))
+    if DIRECT_WITHOUT_GRAD and no_gradient_wanted((input, weights, bias, old_h, old_cell)):
+        pointwise = torch.ops.pyroundlib.lltm_forward_no_autograd.default  # no node: no gradient is wanted
+    else:
+        pointwise = function_for(torch.ops.pyroundlib.lltm_forward.default, _LLTMPointwiseNoJvp,
+                                 LLTMPointwiseFunction)
+    return _lltm_cell(input, weights, bias, old_h, old_cell, pointwise)
 
 
 class LLTMFunction(torch.autograd.Function):

@@ -198,9 +198,46 @@ def test_functions_jvp_first_order(device):
                                func.jvp(pointwise_reference, (gates, old_cell), tangents))
 
 
+@pytest.fixture(params=[True, False], ids=["direct-without-grad", "function-always"])
+def cell_route(request, monkeypatch):
+    """lltm_cell where no gradient is wanted: the pointwise op called directly (its own vmap
+    rule), or, as on a torch without torch.library.register_vmap, LLTMPointwiseFunction."""
+    if request.param and not pyroundlib.lltm.DIRECT_WITHOUT_GRAD:
+        pytest.skip("this torch has no torch.library.register_vmap")
+    monkeypatch.setattr(pyroundlib.lltm, "DIRECT_WITHOUT_GRAD", request.param)
+    return request.param
+
+
+def test_lltm_cell_skips_the_function_only_where_no_gradient_is_wanted(device, cell_route, monkeypatch):
+    """No gradient wanted (grad mode off, inference mode, no input requiring grad): the same
+    bits with or without the Function, results that need no graph; wanted: the Function, and
+    the gradients of the reference."""
+    calls = []
+    apply = pyroundlib.LLTMPointwiseFunction.apply
+    monkeypatch.setattr(pyroundlib.LLTMPointwiseFunction, "apply", lambda *a: calls.append(1) or apply(*a))
+    args = [a.requires_grad_() for a in lltm_args(device)]
+    want = [t.detach() for t in pyroundlib.lltm_cell(*args)]
+    plain = [a.detach() for a in args]
+    results = []
+    with torch.no_grad():
+        results.append(pyroundlib.lltm_cell(*args))
+    with torch.inference_mode():
+        results.append(pyroundlib.lltm_cell(*plain))
+    results.append(pyroundlib.lltm_cell(*plain))
+    assert len(calls) == (1 if cell_route else 4)
+    for result in results:
+        assert all(torch.equal(g, w) and not g.requires_grad for g, w in zip(result, want))
+    only_h = plain[:3] + [plain[3].clone().requires_grad_(), plain[4]]
+    got = pyroundlib.lltm_cell(*only_h)
+    assert len(calls) == (2 if cell_route else 5)
+    ref = lltm_cell_reference(*only_h)
+    torch.testing.assert_close(torch.autograd.grad(got[0].sum() + 2 * got[1].sum(), only_h[3]),
+                               torch.autograd.grad(ref[0].sum() + 2 * ref[1].sum(), only_h[3]))
+
+
 @pytest.mark.parametrize("in_dims", [(0, None, None, 0, 0), (1, None, None, None, 0), (0, 0, 0, 0, 0)],
                          ids=["batched-data", "mixed-dims", "batched-weights"])
-def test_func_vmap_lltm(device, in_dims):
+def test_func_vmap_lltm(device, in_dims, cell_route):
     n = 3
     args = lltm_args(device)
     batched = [a if d is None else torch.stack([a * (k + 1) for k in range(n)], dim=d) for a, d in zip(args, in_dims)]
