@@ -143,9 +143,9 @@ DIRECT_WITHOUT_GRAD = hasattr(torch.library, "register_vmap")
 
 def no_gradient_wanted(tensors) -> bool:
     """Whether an eager call wants no gradient: grad mode off (``no_grad``, inference mode) or
-    none of ``tensors`` requiring grad (a non-tensor among them is left to the argument checks).  There an entry point skips its autograd Function's
-    ``apply`` (binding, a node's context: host time of every call) and calls the op's eager
-    twin.  Under torch.func.grad the inputs require grad at its level, so the Function runs;
+    none of ``tensors`` requiring grad (a non-tensor among them is left to the argument
+    checks).  There an entry point skips its autograd Function's ``apply`` (binding, a node's
+    context: host time of every call) and calls the op's eager twin.  Under torch.func.grad the inputs require grad at its level, so the Function runs;
     under torch.compile, export and ``jit.trace`` the answer is no (``function_for`` picks)."""
     return (not (torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors))
             and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
@@ -165,9 +165,14 @@ def function_for(op, traced, eager):
       (``grad``, ``vjp``, ``jacrev``) need a Function with ``setup_context``, which
       torch.library's autograd wrapper of an op is not.
 
+    Under torch.compile with grad mode off (inference) no autograd node is wanted either: the
+    op too.  (torch 2.4's Dynamo inlines a ``setup_context`` Function's forward with a ``ctx``
+    argument there, so strict export under ``no_grad`` failed; torch.func's transforms turn
+    grad mode on inside, where the Function still runs.)
+
     Eager mode, the hot path, asks two questions (export implies ``is_compiling()``)."""
     if torch.compiler.is_compiling():
-        return op if exporting() else traced.apply
+        return op if exporting() or not torch.is_grad_enabled() else traced.apply
     return op if torch.jit.is_tracing() else eager.apply
 
 
