@@ -145,8 +145,9 @@ def no_gradient_wanted(tensors) -> bool:
     """Whether an eager call wants no gradient: grad mode off (``no_grad``, inference mode) or
     none of ``tensors`` requiring grad (a non-tensor among them is left to the argument
     checks).  There an entry point skips its autograd Function's ``apply`` (binding, a node's
-    context: host time of every call) and calls the op's eager twin.  Under torch.func.grad the inputs require grad at its level, so the Function runs;
-    under torch.compile, export and ``jit.trace`` the answer is no (``function_for`` picks)."""
+    context: host time of every call) and calls the op's eager twin.  Under torch.func.grad
+    the inputs require grad at its level, so the Function runs; under torch.compile, export
+    and ``jit.trace`` the answer is no (``function_for`` picks)."""
     return (not (torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors))
             and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
 

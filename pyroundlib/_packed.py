@@ -16,10 +16,10 @@ nothing waits for the GPU, and a CUDA graph that captures a call replays the sam
 
 ``PackedLLTMFunction``: one direction as one autograd node (where no gradient is wanted,
 the same forward runs without it: 0.89-0.90x the time of a 2-layer bidirectional layer's
-inference at (8, 32, 8, 64) on an H100 and its 16-core Xeon, benchmarks/NOTES.md).  The input half of every step is
-one GEMM over all rows, then the recurrence; backward, the reverse recurrence and the input,
-weight and bias gradients as three products over all rows.  When a graph of
-the gradient is being built (double backward), the backward differentiates the same
+inference at (8, 32, 8, 64) on an H100 and its 16-core Xeon, benchmarks/NOTES.md).  The input
+half of every step is one GEMM over all rows, then the recurrence; backward, the reverse
+recurrence and the input, weight and bias gradients as three products over all rows.  When a
+graph of the gradient is being built (double backward), the backward differentiates the same
 recurrence written in torch ops (``_differentiable``) instead.
 """
 from __future__ import annotations
@@ -91,15 +91,14 @@ def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0
     if reverse:
         data = data.index_select(0, pack.reverse)
     if no_gradient_wanted((data, weights, bias, h0, c0)):  # no autograd node: none is wanted
-        output, c_n, *_ = _forward(data, weights, bias, h0, c0, pack)
-        h_n = output.index_select(0, pack.last)
+        output, h_n, c_n, *_ = _forward(data, weights, bias, h0, c0, pack)
     else:
         output, h_n, c_n = PackedLLTMFunction.apply(data, weights, bias, h0, c0, pack)
     return (output.index_select(0, pack.reverse) if reverse else output), h_n, c_n
 
 
 def _forward(data, weights, bias, h0, c0, pack):
-    """One direction's forward over the pack: (output, c_n, cells, gates, whether in one call)."""
+    """One direction's forward over the pack: (output, h_n, c_n, cells, gates, whether in one call)."""
     data, weights, bias, h0, c0 = (t.contiguous() for t in (data, weights, bias, h0, c0))
     state, features = h0.shape[1], data.shape[1]
     gates = F.linear(data, weights[:, state:], bias)  # the input half of every row
@@ -112,16 +111,16 @@ def _forward(data, weights, bias, h0, c0, pack):
     else:
         _forward_steps(gates, weights[:, :state], h0, c0, output, cells, pack)
         torch.index_select(cells, 0, pack.last, out=c_n)
-    return output, c_n, cells, gates, one_call
+    return output, output.index_select(0, pack.last), c_n, cells, gates, one_call
 
 
 class PackedLLTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, data, weights, bias, h0, c0, pack):
-        output, c_n, cells, gates, ctx.one_call = _forward(data, weights, bias, h0, c0, pack)
+        output, h_n, c_n, cells, gates, ctx.one_call = _forward(data, weights, bias, h0, c0, pack)
         ctx.save_for_backward(data, weights, bias, h0, c0, output, cells, gates)
         ctx.pack = pack
-        return output, output.index_select(0, pack.last), c_n
+        return output, h_n, c_n
 
     @staticmethod
     def backward(ctx, grad_output, grad_h_n, grad_c_n):
