@@ -431,8 +431,8 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 const T *src = Backward ? p.d_gates + before * 3 * S : (t == 0 ? p.h0 : p.output + before * S);
                 if (p.vec) stage_rows<T, ST, LC, V>(reads, RS, src, b0, BT, src_rows, K, width);
                 else stage_rows<T, ST, LC, 1>(reads, RS, src, b0, BT, src_rows, K, width);
+                __syncthreads();
             }
-            __syncthreads();
             if constexpr (Mma) {  // each warp: its column group's outputs over its k-tiles, 8 rows at a time
                 constexpr int MG = kMmaGates<Backward>, MT = kMmaTiles<Backward>, C = Backward ? 4 : 2;
                 for (int n0 = 0; n0 < BT; n0 += 8) {
@@ -485,12 +485,17 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             __syncthreads();
         }
         if (mine) {
+            // each output's partial sums in the order q = 0, 1, ...; the gates' sums side by side,
+            // so that their shared-memory reads overlap
             A sum[G];
 #pragma unroll
-            for (int g = 0; g < G; ++g) {
-                sum[g] = A(0);
-                if (product)
-                    for (int q = 0; q < NK; ++q) sum[g] += partial[q * PS + (out_r * G + g) * JT + out_c];
+            for (int g = 0; g < G; ++g) sum[g] = A(0);
+            if (product) {
+                const A *part = partial + out_r * G * JT + out_c;
+#pragma unroll 4
+                for (int q = 0; q < NK; ++q)
+#pragma unroll
+                    for (int g = 0; g < G; ++g) sum[g] += part[q * PS + g * JT];
             }
             if (Backward && t < 0) {  // d_h0 = d_gates[0] W_h
                 p.d_h0[k_own] = prl::store<T>(sum[0]);
