@@ -485,17 +485,25 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             __syncthreads();
         }
         if (mine) {
-            // each output's partial sums in the order q = 0, 1, ...; the gates' sums side by side,
-            // so that their shared-memory reads overlap
+            // each output's partial sums, in the order q = 0, 1, ...; on CUDA cores the gates'
+            // sums side by side, so that their shared-memory reads overlap (0.84-0.90x the time
+            // of a sum at a time at small states; the tensor-core kernels took 1.05-1.2x with it:
+            // benchmarks/NOTES.md)
             A sum[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) sum[g] = A(0);
             if (product) {
                 const A *part = partial + out_r * G * JT + out_c;
-#pragma unroll 4
-                for (int q = 0; q < NK; ++q)
+                if constexpr (Mma) {
 #pragma unroll
-                    for (int g = 0; g < G; ++g) sum[g] += part[q * PS + g * JT];
+                    for (int g = 0; g < G; ++g)
+                        for (int q = 0; q < NK; ++q) sum[g] += part[q * PS + g * JT];
+                } else {
+#pragma unroll 4
+                    for (int q = 0; q < NK; ++q)
+#pragma unroll
+                        for (int g = 0; g < G; ++g) sum[g] += part[q * PS + g * JT];
+                }
             }
             if (Backward && t < 0) {  // d_h0 = d_gates[0] W_h
                 p.d_h0[k_own] = prl::store<T>(sum[0]);
