@@ -267,7 +267,7 @@ RUNNERS = ["own workers", "OpenMP runtime", "Python threads"]
 
 # (batch, state, the library's own product): the loop's splits (native/src/lltm_sequence_cpu.cpp, Plan)
 SPLITS = {"rows": (23, 64, True),  # 23 rows: tiles of 3 or 6, the last short, split among the threads
-          "columns": (2, 256, True),  # 2 rows: each step's product split by column panels from 3 threads on
+          "columns": (2, 256, True),  # 2 rows: each step's product split by column panels from 2 threads on
           "BLAS": (3, 256, False)}  # torch's BLAS, one call a step, at every thread count
 
 

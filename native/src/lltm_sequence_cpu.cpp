@@ -222,7 +222,11 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //   - step by step (row_parts == 0): each step's product split into step_parts ranges of
 //     column panels, each with at least kMinStepPartWork multiply-adds, then the cells in
 //     chunks of rows.  A fork-join a step; taken where it gives more than twice the threads
-//     the row split can (a batch of fewer tiles than threads: small batches, wide states).
+//     the row split can (a batch of fewer tiles than threads: small batches, wide states), or
+//     where the row split would leave the call on one thread.  On the 2-core development VM
+//     the latter took batches of 1-4 rows at S = 256-512 from one thread to two: 0.67-0.89x
+//     the time (with parts of 2^16 multiply-adds; 2^17 kept a batch of one on one thread);
+//     on a 16-core Xeon, where the row split rarely has one part, 0.92-1.07 (benchmarks/NOTES.md).
 // And the product itself: where a BLAS was handed over (pyroundlib hands torch's MKL over on
 // Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least
 // kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step.  Measured with
@@ -234,7 +238,7 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 // so that the results stay the same at any thread count (the BLAS's and the library's
 // products round differently).
 constexpr double kMinPartWork = double(1 << 18);
-constexpr double kMinStepPartWork = double(1 << 17);
+constexpr double kMinStepPartWork = double(1 << 16);
 constexpr int64_t kBlasMaxBatch = 4;
 constexpr double kBlasMinWork = double(1 << 17);
 
@@ -253,7 +257,7 @@ struct Plan {
         const int64_t by_rows = std::min({threads, tiles, limit(double(steps) * step_work / kMinPartWork)});
         step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork)});
         blas = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
-        row_parts = blas || step_parts > 2 * by_rows ? 0 : by_rows;
+        row_parts = blas || step_parts > 2 * by_rows || (by_rows == 1 && step_parts > 1) ? 0 : by_rows;
     }
     static int64_t limit(double parts) { return int64_t(std::min(std::max(1.0, parts), 1e9)); }
     // row_parts > 0: the first row of part p and its row count (the most: part_rows)
