@@ -223,11 +223,11 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     column panels, each with at least kMinStepPartWork multiply-adds, then the cells in
 //     chunks of rows.  A fork-join a step; taken where it gives more than twice the threads
 //     the row split can (a batch of fewer tiles than threads: small batches, wide states), or
-//     where the row split would leave the call on one thread (the first rule alone never splits on two):
-//     on the 2-core development VM 0.67-0.90x the time at B = 2-4, S = 256-512.  Parts of
-//     2^16 multiply-adds would also split a batch of one at S = 256, faster alone but at the
-//     mercy of each step's fork-join: in 2 of 4 benchmark runs the step loop from Python beat
-//     it by 1.2-1.3x at (T, B, S) = (8, 1, 256) (benchmarks/NOTES.md).
+//     where the row split would leave the call on one thread (the first rule alone never
+//     splits on two threads): on the 2-core development VM 0.67-0.90x the time at B = 2-4,
+//     S = 256-512.  Parts of 2^16 multiply-adds would also split a batch of one at S = 256,
+//     faster alone but at the mercy of each step's fork-join: in 2 of 4 benchmark runs the
+//     step loop from Python beat it by 1.2-1.3x at (T, B, S) = (8, 1, 256) (benchmarks/NOTES.md).
 // And the product itself: where a BLAS was handed over (pyroundlib hands torch's MKL over on
 // Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least
 // kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step.  Measured with
