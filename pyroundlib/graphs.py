@@ -100,7 +100,11 @@ class _OverCopies:
 
     def __init__(self, loop, tensors, inputs: int):
         self.inputs = inputs
-        self.tensors = [t.clone() if k < inputs else torch.empty_like(t) for k, t in enumerate(tensors)]
+        # Normal tensors even when made under inference_mode: the graph outlives the call, and
+        # a later call with gradients on copies into them (an in-place update of an inference
+        # tensor outside inference_mode is an error).
+        with torch.inference_mode(False):
+            self.tensors = [t.clone() if k < inputs else torch.empty_like(t) for k, t in enumerate(tensors)]
         self.graph = _capture(loop, self.tensors, tensors[0].device)
 
     def __call__(self, tensors) -> None:

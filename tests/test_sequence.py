@@ -658,6 +658,34 @@ def test_graph_replay_matches_plain_loops(keep_results):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_graph_made_under_inference_mode_serves_training(monkeypatch, dtype):
+    """A graph over copies captured while inference_mode is on (validation, whose results are
+    kept) serves a later call of the same shape with gradients on (training): its copies are
+    normal tensors, and the results are the plain loop's bits."""
+    args = seq_args(19, 3, 5, 24, dtype, "cuda")
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)  # float32 on tensor cores: replayed
+    assert sequence._route(args[0], 19, 3, 5, 24, inference=True) == sequence.REPLAYED
+    monkeypatch.setenv(graphs.ENV_VAR, "0")
+    outs = ours(*args)
+    want = [t.clone() for t in (*outs, *torch.autograd.grad(weighted_loss(outs), args))]
+    monkeypatch.setenv(graphs.ENV_VAR, "1")
+    graphs.clear()
+    with torch.inference_mode():
+        kept = [ours(*args) for _ in range(2 + graphs.SIGHTINGS_BEFORE_COPIES)]  # new tensors each call
+    assert any(isinstance(g, graphs._OverCopies) for g in graphs._graphs.values()), graphs._graphs
+    for call in range(3):
+        outs = ours(*args)
+        got = (*outs, *torch.autograd.grad(weighted_loss(outs), args))
+        for g, w in zip(got, want):
+            assert torch.equal(g, w), call
+    for got in kept:
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+
+
+@requires_cuda
 def test_graphs_follow_the_matmul_precision(monkeypatch):
     """A graph captured with TF32 off is not replayed for a call with TF32 on."""
     args = [a.detach() for a in seq_args(20, 64, 128, 128, torch.float32, "cuda")]
