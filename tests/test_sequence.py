@@ -813,6 +813,9 @@ CUDA_INFERENCE_ROUTES = [
     (torch.float64, (32, 32, 8, 64), sequence.ONE_CALL, sequence.FUSED),
     (torch.float32, (31, 32, 8, 64), sequence.FUSED, sequence.FUSED),  # fewer steps: the fused forward
     (torch.float16, (4, 1, 8, 64), sequence.ONE_CALL, sequence.FUSED),  # a batch of one: persistent at any T
+    (torch.float32, (16, 4, 256, 32), sequence.ONE_CALL, sequence.FUSED),  # T * (S + I) = 4608: serial work
+    (torch.bfloat16, (24, 32, 128, 64), sequence.ONE_CALL, sequence.FUSED),  # 4608
+    (torch.float32, (24, 4, 16, 128), sequence.FUSED, sequence.FUSED),  # 3456: the fused forward
 ]
 
 
@@ -820,8 +823,8 @@ CUDA_INFERENCE_ROUTES = [
 @pytest.mark.parametrize("dtype,shape,inference,training", CUDA_INFERENCE_ROUTES, ids=str)
 def test_inference_route_by_default(monkeypatch, dtype, shape, inference, training):
     """Where the fused kernels run, a call that wants no gradient takes the persistent kernels
-    from PERSISTENT_INFERENCE_FROM_STEPS steps or at a batch of one; a forced route applies to
-    both."""
+    from PERSISTENT_INFERENCE_FROM_STEPS steps, at a batch of one, or from
+    PERSISTENT_INFERENCE_FROM_SERIAL of T * (S + I); a forced route applies to both."""
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
     t = torch.empty(1, device="cuda", dtype=dtype)
     assert (sequence._route(t, *shape, inference=True), sequence._route(t, *shape)) == (inference, training)
@@ -830,7 +833,8 @@ def test_inference_route_by_default(monkeypatch, dtype, shape, inference, traini
         assert sequence._route(t, *shape, inference=True) == sequence._route(t, *shape) == route
 
 
-@pytest.mark.parametrize("steps,batch,features,state", [(32, 6, 8, 64), (5, 1, 3, 33), (32, 7, 5, 90)])
+@pytest.mark.parametrize("steps,batch,features,state", [(32, 6, 8, 64), (5, 1, 3, 33), (32, 7, 5, 90),
+                                                        (16, 3, 250, 16)])  # T * (S + I) = 4256
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 def test_inference(device, dtype, steps, batch, features, state):
     """A call that wants no gradient (on CUDA at these sizes the persistent kernels, where a
