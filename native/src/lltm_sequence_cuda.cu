@@ -414,18 +414,19 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         ST *const reads = clustered && (s & 1) ? staged + RB : staged;  // this step's staged rows
         ST *const writes = clustered && !(s & 1) ? staged + RB : staged;  // the next step's
         // this step's own operands, none written by another block: loaded first, they arrive
-        // while the product runs
-        A g_own[3] = {A(0), A(0), A(0)}, extra = A(0);
+        // while the product runs.  Kept as stored until their use after it: a 16-bit value
+        // converted where it is loaded made the warp wait for the load there, before the
+        // product (H100: a bfloat16 step took 1.24x a float32 one at (B, S) = (16, 64),
+        // benchmarks/NOTES.md).
+        T g_own[3] = {T{}, T{}, T{}}, extra{}, old_own{};
         if (mine && t >= 0) {
 #pragma unroll
-            for (int i = 0; i < 3; ++i) g_own[i] = prl::load(p.gates[at_g + i * S]);
+            for (int i = 0; i < 3; ++i) g_own[i] = p.gates[at_g + i * S];
             if (Backward) {
-                extra = prl::load(p.grad_output[at]);
+                extra = p.grad_output[at];
+                old_own = t == 0 ? p.c0[k_own] : p.cells[(first - rows_at(p, t - 1)) * S + k_own];
             }
         }
-        A old_cell = carried;
-        if (Backward && mine && t >= 0)
-            old_cell = prl::load(t == 0 ? p.c0[k_own] : p.cells[(first - rows_at(p, t - 1)) * S + k_own]);
         if (product) {
             if (!own_rows || (!Backward && t == 0)) {
                 const T *src = Backward ? p.d_gates + before * 3 * S : (t == 0 ? p.h0 : p.output + before * S);
@@ -512,11 +513,11 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 A g[3], h, c_new;
 #pragma unroll
                 for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the step-by-step path reads them
-                    const T stored = prl::store<T>(g_own[i] + sum[i]);
+                    const T stored = prl::store<T>(prl::load(g_own[i]) + sum[i]);
                     g_t[i * S] = stored;
                     g[i] = prl::load(stored);
                 }
-                prl::lltm_forward_math<T>(g[0], g[1], g[2], old_cell, h, c_new);
+                prl::lltm_forward_math<T>(g[0], g[1], g[2], carried, h, c_new);
                 const T c_stored = prl::store<T>(c_new), h_stored = prl::store<T>(h);
                 p.output[at] = h_stored;
                 if (own_rows && s + 1 < phases) put(writes, out_j, to_staged<ST>(h_stored));
@@ -525,9 +526,10 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 carried = prl::load(c_stored);  // the next step reads the cell as stored
             } else {
                 // the gradient reaching h_t (rounded as the step-by-step path stores it), and new_cell's
-                const A grad_h = prl::load(prl::store<T>(extra + sum[0]));
+                const A grad_h = prl::load(prl::store<T>(prl::load(extra) + sum[0]));
                 A d[3], d_cell;
-                prl::lltm_backward_math<T>(grad_h, carried, g_own[0], g_own[1], g_own[2], old_cell, d[0], d[1], d[2],
+                prl::lltm_backward_math<T>(grad_h, carried, prl::load(g_own[0]), prl::load(g_own[1]),
+                                           prl::load(g_own[2]), prl::load(old_own), d[0], d[1], d[2],
                                            d_cell);
                 T *dg = p.d_gates + at_g;
 #pragma unroll
