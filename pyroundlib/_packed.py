@@ -10,10 +10,9 @@ The library's sequence loop takes those sizes and computes no padding; ``Pack`` 
 every layer and direction of one call shares: the sizes, where each sequence's last step is,
 and the permutation that runs each sequence backwards in time (the reverse direction is the
 forward direction over the sequences reversed, each within its own length, so it too starts
-each sequence at its own last step).  The row indices are formed on the host, from the sizes
-it holds; on CUDA they and the sizes reach the device through the library's ``prl_upload_cuda``
-(kernel parameters, in stream order): nothing waits for the GPU, and a CUDA graph that captures
-a call replays the same pack.
+each sequence at its own last step).  On CUDA the sizes reach the device through the library's
+``prl_upload_cuda`` (kernel parameters, in stream order) and the row indices are formed there:
+nothing waits for the GPU, and a CUDA graph that captures a call replays the same pack.
 
 ``PackedLLTMFunction``: one direction as one autograd node (where no gradient is wanted,
 the same forward runs without it: 0.89-0.90x the time of a 2-layer bidirectional layer's
@@ -43,12 +42,8 @@ _upload_kernel = Kernel("upload", cpu=False)
 
 class Pack:
     """A sorted pack's step sizes and the row indices of its data that its layers share, on the
-    data's device (``reverse`` and ``previous`` formed on first use: inference needs no
-    ``previous``, one direction no ``reverse``).  Every index is computed on the host, from the
-    sizes the host already holds, and reaches a CUDA device in one ``prl_upload_cuda`` call
-    each: on an H100's host the same indices formed by torch ops on the device cost ~340 us
-    a pack (about twenty small launches), ~0.27 of a 2-layer bidirectional layer's inference
-    at (T, B, I, S) = (8, 32, 8, 64) (benchmarks/NOTES.md)."""
+    data's device (each formed on first use: inference needs no ``previous``, one direction no
+    ``reverse``)."""
 
     def __init__(self, batch_sizes: Tensor, device: torch.device):
         host = batch_sizes.to("cpu", torch.int64).contiguous()  # the library reads it on the host
@@ -57,39 +52,33 @@ class Pack:
             raise ValueError(f"batch_sizes must not grow and stay >= 1 (a PackedSequence's), got {self.host_sizes}")
         self.steps, self.rows = len(host), sum(self.host_sizes)
         self.batch = self.host_sizes[0] if self.steps else 0
-        self._device, self._host = device, host
-        self._first = torch.cumsum(host, 0) - host  # row of each step's first sequence
-        self._lengths = (host.unsqueeze(0) > torch.arange(self.batch).unsqueeze(1)).sum(1)
-        self.sizes = self._on_device(host)  # what the library reads, on the data's device
-        self.last = self._on_device(self._first[self._lengths - 1] + torch.arange(self.batch))  # each sequence's last row
-
-    def _on_device(self, host: Tensor) -> Tensor:
-        """A host int64 tensor on the data's device: on CUDA through the library's upload
-        (kernel parameters, in stream order: no host wait, and a capture records the values)."""
-        if self._device.type != "cuda":
-            return host
-        t = torch.empty(len(host), dtype=torch.int64, device=self._device)
-        if len(host):
-            _upload_kernel(t, t.data_ptr(), host.data_ptr(), len(host))
-        return t
+        self.sizes = host  # what the library reads, on the data's device
+        if device.type == "cuda":
+            self.sizes = torch.empty(self.steps, dtype=torch.int64, device=device)
+            if self.steps:
+                _upload_kernel(self.sizes, self.sizes.data_ptr(), host.data_ptr(), self.steps)
+        self._arange = functools.partial(torch.arange, device=device)
+        self._first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
+        self._lengths = (self.sizes.unsqueeze(0) > self._arange(self.batch).unsqueeze(1)).sum(1)
+        self.last = self._first[self._lengths - 1] + self._arange(self.batch)  # each sequence's last row
 
     @functools.cached_property
     def _rows(self):
-        """(step, sequence) of each row, on the host."""
-        step = torch.repeat_interleave(torch.arange(self.steps), self._host, output_size=self.rows)
-        return step, torch.arange(self.rows) - self._first[step]
+        """(step, sequence) of each row."""
+        step = torch.repeat_interleave(self._arange(self.steps), self.sizes, output_size=self.rows)
+        return step, self._arange(self.rows) - self._first[step]
 
     @functools.cached_property
     def reverse(self) -> Tensor:
         """Row (t, b) <-> row (length_b - 1 - t, b): each sequence reversed in time."""
         step, seq = self._rows
-        return self._on_device(self._first[self._lengths[seq] - 1 - step] + seq)
+        return self._first[self._lengths[seq] - 1 - step] + seq
 
     @functools.cached_property
     def previous(self) -> Tensor:
         """The row of h_{t-1} in cat([h0, data rows]): h0's for t = 0."""
         step, seq = self._rows
-        return self._on_device(torch.where(step == 0, seq, self.batch + self._first[(step - 1).clamp(min=0)] + seq))
+        return torch.where(step == 0, seq, self.batch + self._first[(step - 1).clamp(min=0)] + seq)
 
 
 def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor,
