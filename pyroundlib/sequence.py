@@ -45,15 +45,13 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           one library call per direction, the weights staged in shared memory (where they fit,
 #           and T*B*S < FUSED_MAX_WORK): short sequences of small states, where a torch GEMM's
 #           host time would outweigh its work.  A step is serial in S + I, so past
-#           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster.  A call
-#           that wants no gradient (inference) takes the persistent kernels there too, from
-#           PERSISTENT_INFERENCE_FROM_STEPS steps, at a batch of one, or where the fused forward's
-#           serial work T * (S + I) reaches PERSISTENT_INFERENCE_FROM_SERIAL (a wide input at
-#           16-24 steps), where the fused forward is slower (H100: wall time 0.32-0.80x the
-#           fused forward's, 0.98x at (16, 1, 32, 32) float32; from T * (S + I) = 4608, 0.29-0.67x
-#           float32 and 0.45-0.97x bfloat16; at 8-16 steps and B > 1 with less serial work, where
-#           both are host-bound, up to 1.20x; before a backward the fused pair stays, as fast or
-#           faster: benchmarks/NOTES.md).
+#           FUSED_MAX_STEPS steps the persistent kernels, where they run, are faster (H100,
+#           fwd+bwd wall time: at 100-128 steps the fused pair takes 0.56-0.80x the persistent
+#           route's time at S = 32-64; at 512 steps mostly more, up to 2.2x).  A call that wants
+#           no gradient (inference) takes the persistent kernels from PERSISTENT_INFERENCE_FROM_STEPS
+#           steps (float32 at T = 32: 0.45-0.88x the fused forward's time with a wide input or
+#           state, 0.93-1.09x otherwise); below, the fused forward is within 10% or faster, up to
+#           1.6x in bfloat16 (benchmarks/NOTES.md).
 # ONE_CALL  The recurrence in one library call per direction.  CUDA, where the recurrent weights
 #           fit in the registers of one co-resident grid (the persistent kernels; in 16 bits on
 #           sm_80+ their products run on tensor cores where that is faster: the library's plan),
@@ -83,9 +81,8 @@ PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
 TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
 FUSED, ONE_CALL, REPLAYED, STEPS = "fused", "one call", "replayed steps", "steps"
 FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
-FUSED_MAX_STEPS = 64  # T up to which they run where the persistent kernels could
-PERSISTENT_INFERENCE_FROM_STEPS = 32  # T from which inference takes the persistent kernels there (B = 1: any T)
-PERSISTENT_INFERENCE_FROM_SERIAL = 4096  # T * (S + I) from which it takes them at any T
+FUSED_MAX_STEPS = 128  # T up to which they run where the persistent kernels could
+PERSISTENT_INFERENCE_FROM_STEPS = 32  # T from which inference takes the persistent kernels there
 PERSISTENT_MIN_WORK = 1 << 20  # T * B * S from which the persistent kernels beat the replayed loop
 PERSISTENT_MIN_STEPS = 16  # T from which they beat it at any T * B * S
 # A replay over copies (graphs.py) launches 10 (forward) and 15 (backward) copies and
@@ -115,8 +112,7 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int, inferen
     fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
         and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
     if fused and (choice == "fused" or steps <= FUSED_MAX_STEPS or not persistent):
-        if inference and persistent and not choice and (steps >= PERSISTENT_INFERENCE_FROM_STEPS or batch == 1
-                                                        or steps * (state + features) >= PERSISTENT_INFERENCE_FROM_SERIAL):
+        if inference and persistent and not choice and steps >= PERSISTENT_INFERENCE_FROM_STEPS:
             return ONE_CALL
         return FUSED
     if persistent and (choice == "1" or not tensor_cores or steps >= PERSISTENT_MIN_STEPS

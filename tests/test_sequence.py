@@ -779,9 +779,9 @@ CUDA_ROUTES = [
     (torch.bfloat16, (200, 32, 128, 256), False, sequence.ONE_CALL),
     (torch.bfloat16, (1000, 64, 256, 256), False, sequence.ONE_CALL),
     (torch.bfloat16, (500, 32, 512, 512), False, sequence.ONE_CALL),
-    (torch.float16, (64, 32, 8, 64), False, sequence.FUSED),  # up to FUSED_MAX_STEPS: the fused kernels
-    (torch.float32, (64, 32, 8, 64), False, sequence.FUSED),
-    (torch.float32, (65, 32, 8, 64), False, sequence.ONE_CALL),  # past FUSED_MAX_STEPS: the persistent kernels
+    (torch.float16, (128, 32, 8, 64), False, sequence.FUSED),  # up to FUSED_MAX_STEPS: the fused kernels
+    (torch.float32, (128, 32, 8, 64), False, sequence.FUSED),
+    (torch.float32, (129, 32, 8, 64), False, sequence.ONE_CALL),  # past FUSED_MAX_STEPS: the persistent kernels
     (torch.float32, (50, 64, 256, 512), False, sequence.ONE_CALL),  # T*B*S at FUSED_MAX_WORK
     (torch.float32, (50, 64, 256, 512), True, sequence.ONE_CALL),
     (torch.float64, (16, 16, 512, 128), False, sequence.ONE_CALL),
@@ -812,10 +812,9 @@ CUDA_INFERENCE_ROUTES = [
     (torch.bfloat16, (64, 16, 32, 32), sequence.ONE_CALL, sequence.FUSED),
     (torch.float64, (32, 32, 8, 64), sequence.ONE_CALL, sequence.FUSED),
     (torch.float32, (31, 32, 8, 64), sequence.FUSED, sequence.FUSED),  # fewer steps: the fused forward
-    (torch.float16, (4, 1, 8, 64), sequence.ONE_CALL, sequence.FUSED),  # a batch of one: persistent at any T
-    (torch.float32, (16, 4, 256, 32), sequence.ONE_CALL, sequence.FUSED),  # T * (S + I) = 4608: serial work
-    (torch.bfloat16, (24, 32, 128, 64), sequence.ONE_CALL, sequence.FUSED),  # 4608
-    (torch.float32, (24, 4, 16, 128), sequence.FUSED, sequence.FUSED),  # 3456: the fused forward
+    (torch.float16, (4, 1, 8, 64), sequence.FUSED, sequence.FUSED),  # also at a batch of one
+    (torch.bfloat16, (24, 32, 128, 64), sequence.FUSED, sequence.FUSED),  # and with a wide input
+    (torch.float32, (100, 4, 16, 64), sequence.ONE_CALL, sequence.FUSED),  # training: fused up to 128 steps
 ]
 
 
@@ -823,8 +822,7 @@ CUDA_INFERENCE_ROUTES = [
 @pytest.mark.parametrize("dtype,shape,inference,training", CUDA_INFERENCE_ROUTES, ids=str)
 def test_inference_route_by_default(monkeypatch, dtype, shape, inference, training):
     """Where the fused kernels run, a call that wants no gradient takes the persistent kernels
-    from PERSISTENT_INFERENCE_FROM_STEPS steps, at a batch of one, or from
-    PERSISTENT_INFERENCE_FROM_SERIAL of T * (S + I); a forced route applies to both."""
+    from PERSISTENT_INFERENCE_FROM_STEPS steps; a forced route applies to both."""
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
     t = torch.empty(1, device="cuda", dtype=dtype)
     assert (sequence._route(t, *shape, inference=True), sequence._route(t, *shape)) == (inference, training)
@@ -833,8 +831,8 @@ def test_inference_route_by_default(monkeypatch, dtype, shape, inference, traini
         assert sequence._route(t, *shape, inference=True) == sequence._route(t, *shape) == route
 
 
-@pytest.mark.parametrize("steps,batch,features,state", [(32, 6, 8, 64), (5, 1, 3, 33), (32, 7, 5, 90),
-                                                        (16, 3, 250, 16)])  # T * (S + I) = 4256
+@pytest.mark.parametrize("steps,batch,features,state", [(32, 6, 8, 64), (40, 1, 3, 33), (32, 7, 5, 90),
+                                                        (33, 3, 250, 16)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 def test_inference(device, dtype, steps, batch, features, state):
     """A call that wants no gradient (on CUDA at these sizes the persistent kernels, where a
@@ -859,16 +857,19 @@ def test_inference(device, dtype, steps, batch, features, state):
 
 @requires_cuda
 @pytest.mark.parametrize("steps,batch,features,state", [
-    (8, 32, 8, 64),      # the benchmark's small size: 4 rows of 64 threads per block, 8 blocks
-    (5, 7, 3, 33),       # an odd state (the staged weights' pitch), a last block with fewer rows
-    (3, 5, 2, 90),       # 2 rows of 90 threads per block (not whole warps), a last block with one row
-    (40, 9, 2, 16),      # T*B = 360 rows: the products take several 32-row chunks
+    (8, 32, 8, 64),      # the benchmark's small size: 4 lanes an output, one row of 64 columns a block
+    (5, 7, 3, 33),       # an odd state: 4 lanes, a last warp part empty
+    (3, 5, 2, 90),       # 2 lanes an output, a last warp part empty
+    (40, 9, 2, 16),      # 4 rows a block, a last block with one; T*B = 360 rows: the products take several chunks
     (4, 3, 0, 8),        # no input features: d_input empty, the weight gradient is W_h's alone
+    (3, 2, 3, 130),      # one lane an output (130 columns, 160 threads); float64 does not fit
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 def test_fused_kernels(monkeypatch, steps, batch, features, state, dtype):
     """The fused kernels at the sizes that exercise their layout: they are the route taken,
     match the float64 reference and give the same bits on every call."""
+    if dtype == torch.float64 and state == 130:
+        pytest.skip("float64 weights of 130 columns do not fit in shared memory")
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "fused")
     args = seq_args(steps, batch, features, state, dtype, "cuda")
     assert sequence._route(args[0], steps, batch, features, state) == sequence.FUSED

@@ -11,19 +11,22 @@
 //     other (a plain launch, no grid-wide barrier).  The block stages the weights once, in
 //     shared memory and transposed, with the bias as one more row: wt[k][j] = W[j][k] for
 //     k < S+I and wt[S+I][j] = b[j], so gates[r][j] = sum_k wt[k][j] * xh[r][k] with
-//     xh[r] = [h_{t-1}, x_t, 1].  Thread (r, s) forms the three gates of state column s
-//     (sums in a fixed order) and applies the cell of lltm.h; h_t goes to the other of
-//     two xh buffers, so one barrier a step separates the steps.
+//     xh[r] = [h_{t-1}, x_t, 1].  KQ adjacent lanes (Layout::split: 4, 2 or 1) form the three
+//     gates of (row r, state column s), lane q summing k = q, q + KQ, ... in order; the
+//     lanes' sums meet by shuffles in a fixed order, and lane 0 applies the cell of lltm.h.
+//     h_t goes to the other of two xh buffers, so one barrier a step separates the steps.
+//     The split shortens each warp's chain of dependent reads and FMAs a step, which is what
+//     bounds it (benchmarks/NOTES.md).
 //   - the backward walks the steps in reverse the same way: d_h = grad_output[t] +
-//     d_gates[t+1] W_h from the block's own rows of d_gates[t+1], kept in shared memory,
-//     then the cell's backward; a last product gives d_h0 = d_gates[0] W_h.
+//     d_gates[t+1] W_h from the block's own rows of d_gates[t+1], kept in shared memory (its
+//     sum split over KQ lanes as the forward's), then the cell's backward; a last product
+//     gives d_h0 = d_gates[0] W_h.
 //   - then the products over all steps, tiled, over d_gates, both in one launch: d_weights
 //     with d_bias as one more column ([3S, T*B] x [T*B, S+I+1], the last column ones) and
 //     d_input ([T*B, 3S] x [3S, I]), the first in 8 x 8 tiles with four threads per
 //     output (its T*B rows outnumber its outputs), the second in 32 x 32 tiles.  Every sum
 //     runs in a fixed order: the results do not depend on scheduling.
-// Each weight is read from shared memory by a warp at consecutive (forward) or, with an
-// odd row pitch, conflict-free (backward) addresses.  What fits is what the staged
+// The staged weights' row pitches put the KQ lanes of a warp's outputs in distinct banks.  What fits is what the staged
 // weights and rows need of the device's shared memory (prl_lltm_sequence_fused_cuda_fits);
 // the work per step is serial in S + I, so the caller keeps this route to short
 // sequences of small states (the persistent kernels of lltm_sequence_cuda.cu run longer ones).
@@ -50,34 +53,63 @@ template <typename T> struct FusedArgs {
     T *d_h0, *d_c0;                    // [batch, S] (backward out)
     int steps, batch, features, state;
     int rows;   // batch rows per block
-    int pitch;  // row pitch of the staged weights, in elements: 3S rounded up to odd
+    int pitch;  // row pitch of the staged weights, in elements (the forward's or the backward's)
 };
 
-// The block's shape and shared memory for (batch, state): `rows` batch rows of S threads each.
+// The block's shape and shared memory for (batch, state): `rows` batch rows of S outputs, KQ
+// lanes each (the most of 4, 2, 1 with S * KQ <= 256 threads).  The pitches (at least 3S) put
+// the lanes of a warp in distinct banks: forward, lane (s, q) reads row k = q + KQ i at k * P +
+// s, so P = 32 / KQ (mod 32); backward, row s at s * P + q + KQ i, so P = KQ (mod 32) (odd for
+// KQ = 1: a warp's 32 columns s); where such a pitch would not fit in the device's shared memory
+// the least odd one (as before the split) takes its place: at S = 128, 400 floats against 385.
 struct Layout {
-    int rows = 0, threads = 0, pitch = 0;
+    int rows = 0, split = 1, threads = 0, forward_pitch = 0, backward_pitch = 0;
     int64_t forward_smem = 0, backward_smem = 0;
 };
 
-template <typename A> Layout layout_of(int64_t batch, int64_t features, int64_t state) {
+inline int pitch_at_least(int64_t n, int residue) {  // the least P >= n with P = residue (mod 32)
+    return (int)((n - residue + 31) / 32 * 32 + residue);
+}
+
+template <typename A> Layout layout_of(int64_t batch, int64_t features, int64_t state, int64_t smem_max) {
     Layout l;
     if (batch <= 0 || state <= 0) return l;  // nothing to run
-    l.rows = (int)(state >= kFusedThreads ? 1 : kFusedThreads / state);
+    l.split = state * 4 <= kFusedThreads ? 4 : state * 2 <= kFusedThreads ? 2 : 1;
+    const int64_t lanes = state * l.split;
+    l.rows = (int)(lanes >= kFusedThreads ? 1 : kFusedThreads / lanes);
     if (l.rows > batch) l.rows = (int)batch;
-    const int64_t work = (int64_t)l.rows * state;
+    const int64_t work = l.rows * lanes;
     l.threads = (int)(work >= kFusedThreads ? kFusedThreads : (work + 31) / 32 * 32);
-    l.pitch = (int)((3 * state) | 1);
-    const int64_t k1 = state + features + 1, r = l.rows;
-    l.forward_smem = (k1 * l.pitch + 2 * r * k1 + r * state) * (int64_t)sizeof(A);
-    l.backward_smem = (state * l.pitch + 2 * r * 3 * state + r * state) * (int64_t)sizeof(A);
+    const int64_t k1 = state + features + 1, r = l.rows, odd = (3 * state) | 1;
+    const auto forward_smem = [&](int64_t pitch) { return (k1 * pitch + 2 * r * k1 + r * state) * (int64_t)sizeof(A); };
+    const auto backward_smem = [&](int64_t pitch) {
+        return (state * pitch + 2 * r * 3 * state + r * state) * (int64_t)sizeof(A);
+    };
+    l.forward_pitch = l.split > 1 ? pitch_at_least(3 * state, 32 / l.split) : (int)odd;
+    if (forward_smem(l.forward_pitch) > smem_max) l.forward_pitch = (int)odd;
+    l.backward_pitch = l.split > 1 ? pitch_at_least(3 * state, l.split) : (int)odd;
+    if (backward_smem(l.backward_pitch) > smem_max) l.backward_pitch = (int)odd;
+    l.forward_smem = forward_smem(l.forward_pitch);
+    l.backward_smem = backward_smem(l.backward_pitch);
     return l;
 }
 
-template <typename T>
+// The sum of v over the KQ adjacent lanes of an output, the same bits in each: lanes (0 + 1) +
+// (2 + 3).  Every lane of the warp calls it.
+template <int KQ, typename A> __device__ __forceinline__ A lanes_sum(A v) {
+    if (KQ >= 2) v += __shfl_xor_sync(0xffffffffu, v, 1);
+    if (KQ >= 4) v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
+// KQ: the lanes of an output (Layout::split).  A block's threads take the flat index e = (r * S +
+// s) * KQ + q of (row, column, lane) up to whole warps (every lane of a warp takes part in the
+// shuffles; those past the block's rows compute row rows - 1 and keep nothing).
+template <typename T, int KQ>
 __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<T> p) {
     using A = prl::acc_t<T>;
     const int S = p.state, I = p.features, K1 = S + I + 1, G3 = 3 * S, P = p.pitch, B = p.batch;
-    const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0);
+    const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0), work = (rows * S * KQ + 31) / 32 * 32;
     extern __shared__ __align__(16) unsigned char shared_raw[];
     A *wt = reinterpret_cast<A *>(shared_raw);  // [K1][P]: W^T with the bias as its last row
     A *xh = wt + (int64_t)K1 * P;               // [2][rows][K1]: [h_{t-1}, x_t, 1], by step parity
@@ -103,16 +135,20 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<
             cur[r * K1 + S + i] = prl::load(p.x[((int64_t)t * B + b0 + r) * I + i]);
         }
         __syncthreads();  // x_t staged, and h_{t-1} written by every thread of step t - 1
-        for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
-            const int r = e / S, s = e - r * S;
+        for (int e = threadIdx.x; e < work; e += blockDim.x) {
+            const int q = e % KQ, rs = min(e / KQ, rows * S - 1), r = rs / S, s = rs - r * S;
+            const bool keeps = q == 0 && e / KQ < rows * S;
             const A *a = cur + r * K1;
             A acc[3] = {A(0), A(0), A(0)};
-            for (int k = 0; k < K1; ++k) {
+            for (int k = q; k < K1; k += KQ) {
                 const A v = a[k];
                 const A *wk = wt + k * P + s;
 #pragma unroll
                 for (int g = 0; g < 3; ++g) acc[g] = fma(wk[g * S], v, acc[g]);
             }
+#pragma unroll
+            for (int g = 0; g < 3; ++g) acc[g] = lanes_sum<KQ>(acc[g]);
+            if (!keeps) continue;
             const int64_t row = (int64_t)t * B + b0 + r;
             T *g_t = p.gates + row * G3 + s;
             A g[3];
@@ -134,13 +170,13 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<
     }
 }
 
-template <typename T>
+template <typename T, int KQ>
 __global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs<T> p) {
     using A = prl::acc_t<T>;
     const int S = p.state, K = S + p.features, G3 = 3 * S, P = p.pitch, B = p.batch;
-    const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0);
+    const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0), work = (rows * S * KQ + 31) / 32 * 32;
     extern __shared__ __align__(16) unsigned char shared_raw[];
-    A *wt = reinterpret_cast<A *>(shared_raw);  // [S][P]: W_h^T; thread s reads row s (odd pitch: no bank conflicts)
+    A *wt = reinterpret_cast<A *>(shared_raw);  // [S][P]: W_h^T; lanes (s, q) read row s at q + KQ i
     A *dg = wt + (int64_t)S * P;                // [2][rows][3S]: d_gates of the block's rows, by step parity
     A *d_cell = dg + 2 * p.rows * G3;           // [rows][S]: the gradient reaching the cell, as stored
 
@@ -152,17 +188,22 @@ __global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs
         const int r = e / S, s = e - r * S;
         d_cell[r * S + s] = p.grad_c_n ? prl::load(p.grad_c_n[(int64_t)(b0 + r) * S + s]) : A(0);
     }
+    // row r of a [rows][3S] times column s of W_h^T's rows (row s of wt): lane q sums j = q, q +
+    // KQ, ... in order, then the lanes' sums meet
+    auto product = [&](const A *a, int r, int s, int q) {
+        const A *ar = a + r * G3, *wk = wt + s * P;
+        A sum = A(0);
+        for (int j = q; j < G3; j += KQ) sum = fma(ar[j], wk[j], sum);
+        return lanes_sum<KQ>(sum);
+    };
     for (int t = p.steps - 1; t >= 0; --t) {
         const A *later = dg + ((t + 1) & 1) * p.rows * G3;  // d_gates[t + 1]
         A *now = dg + (t & 1) * p.rows * G3;
         __syncthreads();  // d_gates[t + 1] complete; every read of `now` (as d_gates[t + 2]) done
-        for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
-            const int r = e / S, s = e - r * S;
-            A sum = A(0);
-            if (t + 1 < p.steps) {
-                const A *a = later + r * G3, *wk = wt + s * P;
-                for (int j = 0; j < G3; ++j) sum = fma(a[j], wk[j], sum);
-            }
+        for (int e = threadIdx.x; e < work; e += blockDim.x) {
+            const int q = e % KQ, rs = min(e / KQ, rows * S - 1), r = rs / S, s = rs - r * S;
+            const A sum = t + 1 < p.steps ? product(later, r, s, q) : A(0);
+            if (q != 0 || e / KQ >= rows * S) continue;
             const int64_t row = (int64_t)t * B + b0 + r, k_own = row * S + s;
             // the gradient reaching h_t, rounded as the step-by-step path stores it
             const A grad_h = prl::load(prl::store<T>(prl::load(p.grad_output[k_own]) + sum));
@@ -184,13 +225,23 @@ __global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs
         }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {  // d_h0 = d_gates[0] W_h
-        const int r = e / S, s = e - r * S;
-        const A *a = dg + r * G3, *wk = wt + s * P;
-        A sum = A(0);
-        for (int j = 0; j < G3; ++j) sum = fma(a[j], wk[j], sum);
-        p.d_h0[(int64_t)(b0 + r) * S + s] = prl::store<T>(sum);
+    for (int e = threadIdx.x; e < work; e += blockDim.x) {  // d_h0 = d_gates[0] W_h
+        const int q = e % KQ, rs = min(e / KQ, rows * S - 1), r = rs / S, s = rs - r * S;
+        const A sum = product(dg, r, s, q);
+        if (q == 0 && e / KQ < rows * S) p.d_h0[(int64_t)(b0 + r) * S + s] = prl::store<T>(sum);
     }
+}
+
+// The kernels of a split of KQ lanes (Layout::split: 4, 2 or 1).
+template <typename T> const void *forward_kernel_of(int split) {
+    return split == 4   ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 4>)
+           : split == 2 ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 2>)
+                        : reinterpret_cast<const void *>(&fused_forward_kernel<T, 1>);
+}
+template <typename T> const void *backward_kernel_of(int split) {
+    return split == 4   ? reinterpret_cast<const void *>(&fused_backward_kernel<T, 4>)
+           : split == 2 ? reinterpret_cast<const void *>(&fused_backward_kernel<T, 2>)
+                        : reinterpret_cast<const void *>(&fused_backward_kernel<T, 1>);
 }
 
 // ---- the products over all steps: out[m][n] = sum_q a(m, q) b(q, n), 32 x 32 tiles ----------
@@ -329,25 +380,27 @@ template <typename T> cudaError_t shared_memory_of(int device, int &smem_max) {
         return cudaSuccess;
     }
     cudaError_t err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(reinterpret_cast<const void *>(&fused_forward_kernel<T>),
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
-    if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(reinterpret_cast<const void *>(&fused_backward_kernel<T>),
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    for (int split = 1; split <= 4 && err == cudaSuccess; split *= 2) {
+        err = cudaFuncSetAttribute(forward_kernel_of<T>(split), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+        if (err == cudaSuccess)
+            err = cudaFuncSetAttribute(backward_kernel_of<T>(split), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       smem_max);
+    }
     if (err == cudaSuccess) known.emplace(device, smem_max);
     return err;
 }
 
-// Whether the layout of (batch, features, state) fits the shared memory of the current device `device`.
-template <typename T> cudaError_t fits_device(int64_t batch, int64_t features, int64_t state, int device, bool &fits) {
+// The layout of (batch, features, state) on the current device `device`, and whether it fits
+// its shared memory.
+template <typename T>
+cudaError_t fits_device(int64_t batch, int64_t features, int64_t state, int device, bool &fits, Layout &l) {
     using A = prl::acc_t<T>;
     fits = false;
     if (batch <= 0 || state <= 0) return cudaSuccess;
     int smem_max = 0;
     const cudaError_t err = shared_memory_of<T>(device, smem_max);
     if (err != cudaSuccess) return err;
-    const Layout l = layout_of<A>(batch, features, state);
+    l = layout_of<A>(batch, features, state, smem_max);
     fits = l.forward_smem <= smem_max && l.backward_smem <= smem_max;
     return cudaSuccess;
 }
@@ -365,7 +418,6 @@ FusedArgs<T> fused_args(const void *x, const void *w, const void *h0, const void
     a.features = (int)features;
     a.state = (int)state;
     a.rows = l.rows;
-    a.pitch = l.pitch;
     return a;
 }
 
@@ -382,7 +434,7 @@ prl_status prepare_fused(const char *fn, const void *input, const void *weights,
         return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: features=%lld with steps=%lld, batch=%lld: too large for "
                          "the fused route", fn, (long long)features, (long long)steps, (long long)batch);
     bool fits = false;
-    cudaError_t err = fits_device<T>(batch, features, state, device, fits);
+    cudaError_t err = fits_device<T>(batch, features, state, device, fits, l);
     if (err != cudaSuccess) return prl::cuda_fail(fn, "querying the device", err);
     if (!fits && batch > 0 && state > 0)
         return prl::fail(PRL_ERROR_INVALID_ARGUMENT,
@@ -396,7 +448,6 @@ prl_status prepare_fused(const char *fn, const void *input, const void *weights,
     PRL_TRY(prl::check_pointer(fn, "output", output, steps * batch * state));
     PRL_TRY(prl::check_pointer(fn, "cells", cells, steps * batch * state));
     PRL_TRY(prl::check_pointer(fn, "gates", gates, steps * batch * 3 * state));
-    l = layout_of<prl::acc_t<T>>(batch, features, state);
     return PRL_SUCCESS;
 }
 
@@ -415,7 +466,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_cuda_fits(int64_t batch, i
         prl::DeviceGuard guard(device);
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         bool ok = false;
-        const cudaError_t err = fits_device<T>(batch, features, state, guard.device(), ok);
+        Layout l;
+        const cudaError_t err = fits_device<T>(batch, features, state, guard.device(), ok, l);
         if (err != cudaSuccess) return prl::cuda_fail(fn, "querying the device", err);
         *fits = ok && features < (int64_t(1) << 24);
         return PRL_SUCCESS;
@@ -452,8 +504,10 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         a.gates = static_cast<T *>(gates);
         a.c_n = static_cast<T *>(c_n);
         const unsigned blocks = (unsigned)((batch + l.rows - 1) / l.rows);
-        fused_forward_kernel<T><<<blocks, l.threads, (size_t)l.forward_smem, s>>>(a);
-        const cudaError_t err = cudaGetLastError();
+        a.pitch = l.forward_pitch;
+        void *args[] = {&a};
+        const cudaError_t err = cudaLaunchKernel(forward_kernel_of<T>(l.split), dim3(blocks), dim3(l.threads), args,
+                                                 (size_t)l.forward_smem, s);
         if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launch", err);
         return PRL_SUCCESS;
     });
@@ -503,7 +557,11 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         a.d_c0 = static_cast<T *>(d_c0);
         if (all) {
             const unsigned blocks = (unsigned)((batch + l.rows - 1) / l.rows);
-            fused_backward_kernel<T><<<blocks, l.threads, (size_t)l.backward_smem, s>>>(a);
+            a.pitch = l.backward_pitch;
+            void *args[] = {&a};
+            err = cudaLaunchKernel(backward_kernel_of<T>(l.split), dim3(blocks), dim3(l.threads), args,
+                                   (size_t)l.backward_smem, s);
+            if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launches", err);
         }
         // with no rows (steps or batch 0) the products are sums of nothing: zeros
         const WeightGrads<T> wg{static_cast<const T *>(d_gates), a.x, a.h0, a.output, static_cast<T *>(d_weights),

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "pyroundlib.h"
@@ -151,6 +152,31 @@ template <typename T> static void sequence_case(int dtype, int64_t steps, int64_
     for (T *p : {gates, w, h0, c0, grad, grad_c, out, cells, c_n, dg, dh0, dc0, x, bias}) cudaFree(p);
 }
 
+// The fused sequence kernels (weights and rows in shared memory, the lanes of each output
+// meeting by shuffles): statuses here; the Python tests check the values.
+template <typename T>
+static void fused_case(int dtype, int64_t steps, int64_t batch, int64_t features, int64_t state) {
+    int fits = 0;
+    CHECK(prl_lltm_sequence_fused_cuda_fits(batch, features, state, dtype, 0, &fits) == PRL_SUCCESS);
+    if (!fits) return;
+    const int64_t cell = batch * state, n = steps * cell, nx = steps * batch * features;
+    const int64_t nw = 3 * state * (state + features);
+    auto x = to_device(random_values<T>((size_t)nx, 1.0)), w = to_device(random_values<T>((size_t)nw, 0.2));
+    auto bias = to_device(random_values<T>((size_t)(3 * state), 0.2));
+    auto h0 = to_device(random_values<T>((size_t)cell, 1.0)), c0 = to_device(random_values<T>((size_t)cell, 1.0));
+    auto grad = to_device(random_values<T>((size_t)n, 1.0)), grad_c = to_device(random_values<T>((size_t)cell, 1.0));
+    T *out, *cells, *gates, *c_n, *dg, *dx, *dw, *db, *dh0, *dc0;
+    for (auto [p, count] : {std::pair<T **, int64_t>{&out, n}, {&cells, n}, {&gates, 3 * n}, {&c_n, cell},
+                            {&dg, 3 * n}, {&dx, nx}, {&dw, nw}, {&db, 3 * state}, {&dh0, cell}, {&dc0, cell}})
+        cudaMalloc(p, (size_t)count * sizeof(T));
+    CHECK(prl_lltm_sequence_fused_forward_cuda(x, w, bias, h0, c0, out, cells, gates, c_n, steps, batch, features,
+                                               state, dtype, 0, nullptr) == PRL_SUCCESS);
+    CHECK(prl_lltm_sequence_fused_backward_cuda(grad, grad_c, x, w, h0, c0, out, cells, gates, dg, dx, dw, db, dh0,
+                                                dc0, steps, batch, features, state, dtype, 0, nullptr) == PRL_SUCCESS);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    for (T *p : {x, w, bias, h0, c0, grad, grad_c, out, cells, gates, c_n, dg, dx, dw, db, dh0, dc0}) cudaFree(p);
+}
+
 int main() {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 || !prl_has_cuda()) {
@@ -187,6 +213,12 @@ int main() {
         }
     }
     unsetenv("PYROUNDLIB_TENSOR_CORES");
+    // lanes an output / rows a block: 4 / 1 at 64 and 33, 2 / 1 at 100, 1 / 1 at 130, 4 / 7 at 8; a last
+    // warp part empty at 33, 100 and 130
+    for (int64_t state : {64, 33, 100, 130, 8}) {
+        fused_case<float>(PRL_FLOAT32, 3, 7, 3, state);
+        fused_case<uint16_t>(PRL_BFLOAT16, 2, 7, 3, state);
+    }
     cudaStreamDestroy(stream);
     const cudaError_t err = cudaDeviceSynchronize();
     CHECK(err == cudaSuccess);
