@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 8  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 9  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -95,6 +95,11 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     #                                                   steps batch features state dtype device stream
     ("prl_lltm_sequence_fused_backward_cuda", STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
                                                        _I64, _I64, _I64, _I64, _INT, _INT, _P)),
+    #                                                   input weights bias weights_reverse bias_reverse h0 c0
+    #                                                   output h_n c_n directions steps batch features state
+    #                                                   dtype device stream
+    ("prl_lltm_layer_fused_inference_cuda",   STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64,
+                                                       _I64, _INT, _INT, _P)),
 )
 
 

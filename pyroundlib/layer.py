@@ -8,9 +8,16 @@ training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k
 ``bias_l{k}`` and ``..._reverse``, each in the cell's layout ([3S, S + input width] and [3S]).
 A PackedSequence runs as one autograd node per layer and direction whose recurrence takes the
 pack's batch sizes (``_packed.py``), each sequence exactly its own steps.
+
+Where no gradient is wanted (inference) a padded batch runs the whole stack as one op,
+``pyroundlib::lltm_layers_inference``: no autograd node and one trip through the dispatcher
+for every layer and direction, and on CUDA, where the fused kernels run, each layer's
+directions in one launch that reads the sequence backwards for the reverse one and writes
+nn.LSTM's output layout, h_n and c_n in place (``prl_lltm_layer_fused_inference_cuda``).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import List, Optional, Tuple
@@ -20,8 +27,93 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
+from . import sequence
+from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
+                      check_tensor, define_op, no_gradient_wanted)
 from ._packed import Pack, packed_direction
 from .sequence import lltm_sequence
+
+_layer_inference_kernel = Kernel("lltm_layer_fused_inference", cpu=False)
+
+
+def _check_stack_args(input, weights, bias, h0, c0, directions) -> None:
+    """Raise TypeError/ValueError naming the first bad argument of lltm_layers_inference."""
+    check_tensor("input", input)
+    if input.dim() != 3:
+        raise ValueError(f"input must be 3-D [time, batch, input_features], got shape {list(input.shape)}")
+    if directions not in (1, 2):
+        raise ValueError(f"directions must be 1 or 2, got {directions}")
+    if not weights or len(weights) % directions or len(bias) != len(weights):
+        raise ValueError(f"weights and bias must hold one tensor per layer and direction, got {len(weights)} and "
+                         f"{len(bias)} for {directions} direction(s)")
+    for name, t in (("h0", h0), ("c0", c0)):
+        check_like(name, t, "input", input)
+    steps, batch, features = input.shape
+    state = h0.shape[-1] if h0.dim() == 3 else 0
+    for name, t in (("h0", h0), ("c0", c0)):
+        check_shape(name, t, (len(weights), batch, state), "[num_layers*num_directions, batch, state_size]")
+    for k, (w, b) in enumerate(zip(weights, bias)):
+        width = features if k < directions else directions * state
+        check_like(f"weights[{k}]", w, "input", input)
+        check_like(f"bias[{k}]", b, "input", input)
+        check_shape(f"weights[{k}]", w, (3 * state, state + width), f"[3*state_size, state_size+{width}]")
+        check_shape(f"bias[{k}]", b, (3 * state,), "[3*state_size]")
+
+
+def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h0: Tensor, c0: Tensor,
+                     directions: int):
+    """Every layer and direction's forward, no backward following: input [T, B, I] (T >= 1),
+    weights and bias in nn.LSTM's order, h0 and c0 [L*D, B, S] -> (output [T, B, D*S], h_n, c_n)."""
+    _check_stack_args(input, weights, bias, h0, c0, directions)
+    steps, batch, _ = input.shape
+    state = h0.shape[2]
+    x, h0, c0 = input.contiguous(), h0.contiguous(), c0.contiguous()
+    h_n, c_n = torch.empty_like(h0), torch.empty_like(c0)
+    for k in range(len(weights) // directions):
+        own = slice(k * directions, (k + 1) * directions)
+        ws, bs = [w.contiguous() for w in weights[own]], [b.contiguous() for b in bias[own]]
+        features = x.shape[2]
+        output = x.new_empty(steps, batch, directions * state)
+        if sequence._route(x, steps, batch, features, state, inference=True) is sequence.FUSED:
+            reverse = (ws[1].data_ptr(), bs[1].data_ptr()) if directions == 2 else (None, None)
+            _layer_inference_kernel(x, x.data_ptr(), ws[0].data_ptr(), bs[0].data_ptr(), *reverse, h0[own].data_ptr(),
+                                    c0[own].data_ptr(), output.data_ptr(), h_n[own].data_ptr(), c_n[own].data_ptr(),
+                                    directions, steps, batch, features, state, DTYPE_CODES[x.dtype])
+        else:  # each direction's own route; the reverse one over the sequence flipped in time
+            for d in range(directions):
+                i = k * directions + d
+                out, c, *_ = sequence._forward_op(x.flip(0) if d else x, ws[d], bs[d], h0[i], c0[i], inference=True)
+                output[:, :, d * state:(d + 1) * state] = out.flip(0) if d else out
+                h_n[i], c_n[i] = out[-1], c
+        x = output
+    return x, h_n, c_n
+
+
+def _stack_fake(input, weights, bias, h0, c0, directions):
+    _check_stack_args(input, weights, bias, h0, c0, directions)
+    return input.new_empty(*input.shape[:2], directions * h0.shape[2]), torch.empty_like(h0), torch.empty_like(c0)
+
+
+define_op("lltm_layers_inference(Tensor input, Tensor[] weights, Tensor[] bias, Tensor h0, Tensor c0, "
+          "int directions) -> (Tensor, Tensor, Tensor)", _stack_inference, _stack_fake)
+
+
+def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions):
+    """vmap of lltm_layers_inference: one stack per index of the vmapped dimension."""
+    def at(t, dim, i):
+        return t if dim is None else t.select(dim, i)
+
+    def each(ts, dims, i):
+        return [at(t, d, i) for t, d in zip(ts, dims if dims is not None else [None] * len(ts))]
+
+    outs = [torch.ops.pyroundlib.lltm_layers_inference.default(
+        at(input, in_dims[0], i), each(weights, in_dims[1], i), each(bias, in_dims[2], i), at(h0, in_dims[3], i),
+        at(c0, in_dims[4], i), directions) for i in range(info.batch_size)]
+    return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0)
+
+
+if DIRECT_WITHOUT_GRAD:
+    torch.library.register_vmap("pyroundlib::lltm_layers_inference", _stack_vmap, lib=LIBRARY)
 
 
 class LLTMLayer(torch.nn.Module):
@@ -156,6 +248,10 @@ class LLTMLayer(torch.nn.Module):
         pack's data [N, features]; state checked, or None.  -> (output, h_n, c_n), the output
         shaped as x with D*S features."""
         directions = 2 if self.bidirectional else 1
+        if pack is None and x.shape[0] and DIRECT_WITHOUT_GRAD \
+                and not (self.dropout > 0 and self.training and self.num_layers > 1):
+            if no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ())):
+                return self._stack_inference(x, batch, state)
         h_n, c_n = [], []
         if state is None:  # zeros, shared by every layer and direction (each only reads them)
             zeros = (x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size))
@@ -181,6 +277,22 @@ class LLTMLayer(torch.nn.Module):
             if self.dropout > 0 and self.training and k < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
         return x, torch.stack(h_n), torch.stack(c_n)
+
+    def _stack_inference(self, x: Tensor, batch: int, state):
+        """_layers where no gradient is wanted: one op for the whole stack (above)."""
+        names = [suffix for suffix, _ in self._parameter_shapes()]
+        weights = [getattr(self, f"weights{suffix}") for suffix in names]
+        layers = len(names)
+        if state is None:
+            shape = (layers, batch, self.state_size)
+            state = (x.new_zeros(shape), x.new_zeros(shape))
+        x, h0, c0, *weights = autocast_cast((x, *state, *weights))
+        if self.has_bias:
+            bias = list(autocast_cast(tuple(getattr(self, f"bias{suffix}") for suffix in names)))
+        else:
+            bias = [x.new_zeros(3 * self.state_size)] * layers
+        return torch.ops.pyroundlib.lltm_layers_inference.default(x, weights, bias, h0, c0,
+                                                                  2 if self.bidirectional else 1)
 
     def _check_state(self, state, layers: int, batch: int, batched: bool):
         if not (isinstance(state, (tuple, list)) and len(state) == 2):

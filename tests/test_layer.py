@@ -583,3 +583,131 @@ def test_tracing_does_not_touch_the_deprecated_names():
         warnings.simplefilter("always")
         torch.jit.trace(layer, (torch.randn(T, B, I),))
     assert not [w for w in caught if "LLTMLayer" in str(w.message)], [str(w.message) for w in caught]
+
+
+# ---- inference: the whole stack as one op (pyroundlib::lltm_layers_inference) ----------------
+
+def counting_stack_calls(monkeypatch):
+    calls = []
+    run = pyroundlib.layer.LLTMLayer._stack_inference
+    monkeypatch.setattr(pyroundlib.layer.LLTMLayer, "_stack_inference",
+                        lambda self, *args: calls.append(1) or run(self, *args))
+    return calls
+
+
+def check_inference(layer, x, state, got):
+    """`got` (output, (h_n, c_n)) against the reference on a float64 copy of the layer; 16-bit
+    results within the rounding of every stored step; no element left unwritten."""
+    ref = pyroundlib.LLTMLayer(layer.input_features, layer.state_size, num_layers=layer.num_layers,
+                               bias=layer.has_bias, batch_first=layer.batch_first, bidirectional=layer.bidirectional,
+                               dtype=torch.float64).eval()
+    ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
+    want = flat(reference(ref, x.cpu().double(), None if state is None else [t.cpu().double() for t in state]))
+    for g, w in zip(flat(got), want):
+        assert not g.requires_grad and not torch.isnan(g).any(), "elements not written"
+        g = g.cpu().double()
+        if layer.weights_l0.dtype in (torch.float16, torch.bfloat16):
+            assert (g - w).norm() <= 0.05 * w.norm() + 1e-2
+        else:
+            torch.testing.assert_close(g, w, **TOLERANCES[layer.weights_l0.dtype])
+
+
+def poison_cuda_memory(device):
+    if device == "cuda":  # the caching allocator's blocks filled with NaN: unwritten elements show
+        poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]
+        del poison
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_layers,bidirectional,batch_first,bias", CONFIGS)
+def test_inference_runs_the_stack_as_one_op(monkeypatch, device, num_layers, bidirectional, batch_first, bias):
+    """Under inference_mode and no_grad a padded batch runs every layer and direction in one op
+    (on CUDA the fused kernels' layer launch: both directions at once, the reverse reading the
+    sequence backwards), against the float64 reference, given a state or not, unbatched too."""
+    calls = counting_stack_calls(monkeypatch)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                                 bidirectional=bidirectional, device=device, dtype=torch.float64)
+    directions = 2 if bidirectional else 1
+    x = torch.randn(*((B, T, I) if batch_first else (T, B, I)), device=device, dtype=torch.float64)
+    state = [torch.randn(num_layers * directions, B, S, device=device, dtype=torch.float64) for _ in range(2)]
+    for mode, given in ((torch.inference_mode, None), (torch.no_grad, state), (torch.inference_mode, state)):
+        poison_cuda_memory(device)
+        with mode():
+            got = layer(x, given)
+        check_inference(layer, x, given, got)
+    with torch.no_grad():
+        got = layer(x[0] if batch_first else x[:, 0], [t[:, 0] for t in state])  # unbatched
+    check_inference(layer, x[:1] if batch_first else x[:, :1], [t[:, :1] for t in state],
+                    (got[0].unsqueeze(0 if batch_first else 1), [t.unsqueeze(1) for t in got[1]]))
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("route", ["", "0", "1", "fused"])
+@pytest.mark.parametrize("steps", [5, 40])
+def test_inference_stack_on_every_route(monkeypatch, device, dtype, route, steps):
+    """The stack op on each sequence route (on CUDA the fused layer launch, or each direction's
+    own route where that is not FUSED: 40 steps take the persistent kernels), every dtype."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    calls = counting_stack_calls(monkeypatch)
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
+    x = torch.randn(steps, B, I, device=device, dtype=dtype)
+    state = [torch.randn(4, B, S, device=device, dtype=dtype) for _ in range(2)]
+    poison_cuda_memory(device)
+    with torch.inference_mode():
+        got = layer(x, state)
+    check_inference(layer, x, state, got)
+    assert calls == [1]
+
+
+def test_inference_stack_only_where_no_gradient_is_wanted(monkeypatch):
+    """Training (a gradient wanted, or dropout in training mode) keeps one autograd node per
+    layer and direction; dropout in eval mode runs the stack op."""
+    calls = counting_stack_calls(monkeypatch)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, dropout=0.5, bidirectional=True)
+    x = torch.randn(T, B, I)
+    output, _ = layer(x)
+    assert output.requires_grad and not calls
+    with torch.no_grad():
+        layer(x)  # dropout in training mode: the layer-by-layer path, which draws the masks
+    assert not calls
+    layer.eval()
+    with torch.no_grad():
+        check_inference(layer, x, None, layer(x))
+    assert calls == [1]
+
+
+def test_inference_stack_under_vmap():
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
+    xs = torch.randn(3, T, B, I, dtype=torch.float64)
+    with torch.no_grad():
+        got = torch.vmap(lambda x: flat(layer(x)))(xs)
+        want = [torch.stack(o) for o in zip(*[flat(layer(x)) for x in xs])]
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_inference_stack(device):
+    torch.manual_seed(0)
+    x = torch.randn(T, B, I, device=device)
+    weights = [torch.randn(3 * S, S + w, device=device) * 0.3 for w in (I, I, 2 * S, 2 * S)]
+    bias = [torch.randn(3 * S, device=device) for _ in weights]
+    h0, c0 = torch.randn(4, B, S, device=device), torch.randn(4, B, S, device=device)
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_layers_inference.default, (x, weights, bias, h0, c0, 2))
+    with pytest.raises(ValueError, match=r"weights\[2\] must have shape \[18, 18\]"):
+        torch.ops.pyroundlib.lltm_layers_inference(x, weights[:2] + [weights[2][:, :-1], weights[3]], bias, h0, c0, 2)
+    with pytest.raises(ValueError, match=r"h0 must have shape \[4, 3, 6\]"):
+        torch.ops.pyroundlib.lltm_layers_inference(x, weights, bias, h0[:2], c0, 2)
+
+
+@requires_cuda
+def test_inference_stack_in_a_users_cuda_graph():
+    layer, x, state, _ = stacked_case("cuda", packed=False)
+    with torch.inference_mode():
+        graph, (output, (h, c)) = capture_after_warm_up(lambda: layer(x, state))
+        for _ in range(2):
+            x.copy_(torch.randn_like(x))
+            graph.replay()
+            check_inference(layer, x, state, (output.clone(), (h.clone(), c.clone())))

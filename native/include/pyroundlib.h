@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 8
+#define PRL_ABI_VERSION 9
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -321,6 +321,21 @@ PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *grad_output
                                                          void *d_h0, void *d_c0, int64_t steps, int64_t batch,
                                                          int64_t features, int64_t state, int dtype,
                                                          int device, void *stream);
+
+/* prl_lltm_layer_fused_inference_cuda: a layer's forward where no backward follows, both
+ * directions in one launch of the fused forward (directions = 1 or 2; fits as above, per
+ * direction), nothing kept for a backward.  input [T, batch, features] (T >= 1); weights,
+ * bias: the forward direction's; weights_reverse, bias_reverse: the reverse direction's
+ * (read with directions = 2), which runs the sequence from step T - 1 back to step 0; h0,
+ * c0 [directions, batch, state].  Outputs: output [T, batch, directions * state] (each
+ * step's new_h, direction d at columns d*state ... : nn.LSTM's layout), h_n and c_n
+ * [directions, batch, state] (each direction's last state). */
+PRL_API prl_status prl_lltm_layer_fused_inference_cuda(const void *input, const void *weights, const void *bias,
+                                                       const void *weights_reverse, const void *bias_reverse,
+                                                       const void *h0, const void *c0, void *output, void *h_n,
+                                                       void *c_n, int64_t directions, int64_t steps,
+                                                       int64_t batch, int64_t features, int64_t state,
+                                                       int dtype, int device, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

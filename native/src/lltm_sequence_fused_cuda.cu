@@ -48,13 +48,22 @@ template <typename T> struct FusedArgs {
     const T *h0, *c0;                  // [batch, S]
     T *output, *cells;                 // [steps, batch, S]: forward out, backward in
     T *gates;                          // [steps, batch, 3S]: the pre-activations; forward out, backward in
-    T *c_n;                            // [batch, S] or NULL (forward out)
+    T *c_n, *h_n;                      // [batch, S] or NULL (forward out)
     const T *grad_output, *grad_c_n;   // [steps, batch, S], [batch, S] or NULL = zero (backward in)
     T *d_gates;                        // [steps, batch, 3S] (backward out: the products read it)
     T *d_h0, *d_c0;                    // [batch, S] (backward out)
     int steps, batch, features, state;
     int rows;   // batch rows per block
     int pitch;  // row pitch of the staged weights, in elements (the forward's or the backward's)
+    // The forward only: step t reads x and writes output at t' = reverse ? steps - 1 - t : t,
+    // output rows `output_pitch` elements apart (a layer's two directions share one output
+    // [steps, batch, 2S], each at its own columns); NULL cells and gates are not written.
+    int reverse, output_pitch;
+};
+
+// A forward launch: blockIdx.y picks the direction (one, or a layer's two side by side).
+template <typename T> struct FusedDirections {
+    FusedArgs<T> d[2];
 };
 
 // The block's shape and shared memory for (batch, state): `rows` batch rows of S outputs, KQ
@@ -107,8 +116,9 @@ template <int KQ, typename A> __device__ __forceinline__ A lanes_sum(A v) {
 // s) * KQ + q of (row, column, lane) up to whole warps (every lane of a warp takes part in the
 // shuffles; those past the block's rows compute row rows - 1 and keep nothing).
 template <typename T, int KQ>
-__global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<T> p) {
+__global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirections<T> directions) {
     using A = prl::acc_t<T>;
+    const FusedArgs<T> &p = directions.d[blockIdx.y];
     const int S = p.state, I = p.features, K1 = S + I + 1, G3 = 3 * S, P = p.pitch, B = p.batch;
     const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0), work = (rows * S * KQ + 31) / 32 * 32;
     extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -131,9 +141,10 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<
 
     for (int t = 0; t < p.steps; ++t) {
         A *cur = xh + (t & 1) * p.rows * K1, *next = xh + ((t + 1) & 1) * p.rows * K1;
+        const int at = p.reverse ? p.steps - 1 - t : t;  // the step of x and output
         for (int e = threadIdx.x; e < rows * I; e += blockDim.x) {
             const int r = e / I, i = e - r * I;
-            cur[r * K1 + S + i] = prl::load(p.x[((int64_t)t * B + b0 + r) * I + i]);
+            cur[r * K1 + S + i] = prl::load(p.x[((int64_t)at * B + b0 + r) * I + i]);
         }
         __syncthreads();  // x_t staged, and h_{t-1} written by every thread of step t - 1
         for (int e = threadIdx.x; e < work; e += blockDim.x) {
@@ -150,21 +161,23 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<
 #pragma unroll
             for (int g = 0; g < 3; ++g) acc[g] = lanes_sum<KQ>(acc[g]);
             if (!keeps) continue;
-            const int64_t row = (int64_t)t * B + b0 + r;
-            T *g_t = p.gates + row * G3 + s;
+            const int64_t row = (int64_t)at * B + b0 + r;
             A g[3];
 #pragma unroll
             for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the backward reads them
                 const T stored = prl::store<T>(acc[i]);
-                g_t[i * S] = stored;
+                if (p.gates) p.gates[row * G3 + i * S + s] = stored;
                 g[i] = prl::load(stored);
             }
             A h, c_new;
             prl::lltm_forward_math<T>(g[0], g[1], g[2], cell[r * S + s], h, c_new);
             const T h_stored = prl::store<T>(h), c_stored = prl::store<T>(c_new);
-            p.output[row * S + s] = h_stored;
-            p.cells[row * S + s] = c_stored;
-            if (t == p.steps - 1 && p.c_n) p.c_n[(int64_t)(b0 + r) * S + s] = c_stored;
+            p.output[row * p.output_pitch + s] = h_stored;
+            if (p.cells) p.cells[row * S + s] = c_stored;
+            if (t == p.steps - 1) {
+                if (p.c_n) p.c_n[(int64_t)(b0 + r) * S + s] = c_stored;
+                if (p.h_n) p.h_n[(int64_t)(b0 + r) * S + s] = h_stored;
+            }
             cell[r * S + s] = prl::load(c_stored);  // the next step reads both as stored
             next[r * K1 + s] = prl::load(h_stored);
         }
@@ -419,16 +432,15 @@ FusedArgs<T> fused_args(const void *x, const void *w, const void *h0, const void
     a.features = (int)features;
     a.state = (int)state;
     a.rows = l.rows;
+    a.output_pitch = (int)state;
     return a;
 }
 
-// What both directions check and prepare, on the current device: sizes every index stays
-// within, the layout fits, the buffers both touch (the forward writes output, cells and
-// gates, the backward reads them), and the kernels' shared-memory allowance.
+// What every entry checks and prepares, on the current device: sizes every index stays
+// within, the layout fits, the buffers all read, and the kernels' shared-memory allowance.
 template <typename T>
 prl_status prepare_fused(const char *fn, const void *input, const void *weights, const void *h0, const void *c0,
-                         const void *output, const void *cells, const void *gates, int64_t steps, int64_t batch,
-                         int64_t features, int64_t state, int device, Layout &l) {
+                         int64_t steps, int64_t batch, int64_t features, int64_t state, int device, Layout &l) {
     PRL_TRY(prl::check_count(fn, "features", features));
     PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, state + features));
     if (features >= (int64_t(1) << 24) || steps * batch * (3 * state + features) >= (int64_t(1) << 40))
@@ -446,10 +458,25 @@ prl_status prepare_fused(const char *fn, const void *input, const void *weights,
     PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
     PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
     PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
+    return PRL_SUCCESS;
+}
+
+// The buffers a training forward writes and its backward reads.
+prl_status check_saved(const char *fn, const void *output, const void *cells, const void *gates, int64_t steps,
+                       int64_t batch, int64_t state) {
     PRL_TRY(prl::check_pointer(fn, "output", output, steps * batch * state));
     PRL_TRY(prl::check_pointer(fn, "cells", cells, steps * batch * state));
-    PRL_TRY(prl::check_pointer(fn, "gates", gates, steps * batch * 3 * state));
-    return PRL_SUCCESS;
+    return prl::check_pointer(fn, "gates", gates, steps * batch * 3 * state);
+}
+
+template <typename T>
+prl_status launch_forward(const char *fn, FusedDirections<T> directions, int count, int64_t batch, const Layout &l,
+                          cudaStream_t s) {
+    const dim3 blocks((unsigned)((batch + l.rows - 1) / l.rows), (unsigned)count);
+    void *args[] = {&directions};
+    const cudaError_t err = cudaLaunchKernel(forward_kernel_of<T>(l.split), blocks, dim3(l.threads), args,
+                                             (size_t)l.forward_smem, s);
+    return err == cudaSuccess ? PRL_SUCCESS : prl::cuda_fail(fn, "the kernel launch", err);
 }
 
 }  // namespace
@@ -487,8 +514,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         prl::DeviceGuard guard(device);
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         Layout l;
-        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, output, cells, gates, steps, batch, features, state,
-                                 guard.device(), l));
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
+        PRL_TRY(check_saved(fn, output, cells, gates, steps, batch, state));
         const int64_t all = steps * batch * state;
         PRL_TRY(prl::check_pointer(fn, "bias", bias, 3 * state));
         const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -504,13 +531,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         a.cells = static_cast<T *>(cells);
         a.gates = static_cast<T *>(gates);
         a.c_n = static_cast<T *>(c_n);
-        const unsigned blocks = (unsigned)((batch + l.rows - 1) / l.rows);
         a.pitch = l.forward_pitch;
-        void *args[] = {&a};
-        const cudaError_t err = cudaLaunchKernel(forward_kernel_of<T>(l.split), dim3(blocks), dim3(l.threads), args,
-                                                 (size_t)l.forward_smem, s);
-        if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launch", err);
-        return PRL_SUCCESS;
+        return launch_forward<T>(fn, FusedDirections<T>{{a, a}}, 1, batch, l, s);
     });
     PRL_API_END
 }
@@ -527,8 +549,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         prl::DeviceGuard guard(device);
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         Layout l;
-        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, output, cells, gates, steps, batch, features, state,
-                                 guard.device(), l));
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
+        PRL_TRY(check_saved(fn, output, cells, gates, steps, batch, state));
         const int64_t all = steps * batch * state;
         PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
         PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, 3 * all));
@@ -578,6 +600,53 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         err = cudaGetLastError();
         if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launches", err);
         return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
+    const void *input, const void *weights, const void *bias, const void *weights_reverse, const void *bias_reverse,
+    const void *h0, const void *c0, void *output, void *h_n, void *c_n, int64_t directions, int64_t steps,
+    int64_t batch, int64_t features, int64_t state, int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    if (directions != 1 && directions != 2)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: directions must be 1 or 2, got %lld", fn,
+                         (long long)directions);
+    if (steps < 1)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: steps must be >= 1, got %lld", fn, (long long)steps);
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        Layout l;
+        const int64_t states = directions * batch * state;  // h0, c0, h_n, c_n: [directions, batch, S]
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
+        PRL_TRY(prl::check_pointer(fn, "h0", h0, states));
+        PRL_TRY(prl::check_pointer(fn, "c0", c0, states));
+        PRL_TRY(prl::check_pointer(fn, "bias", bias, 3 * state));
+        PRL_TRY(prl::check_pointer(fn, "output", output, steps * states));
+        PRL_TRY(prl::check_pointer(fn, "h_n", h_n, states));
+        PRL_TRY(prl::check_pointer(fn, "c_n", c_n, states));
+        if (directions == 2) {
+            PRL_TRY(prl::check_pointer(fn, "weights_reverse", weights_reverse, 3 * state * (state + features)));
+            PRL_TRY(prl::check_pointer(fn, "bias_reverse", bias_reverse, 3 * state));
+        }
+        FusedDirections<T> run{};
+        for (int d = 0; d < directions; ++d) {
+            const int64_t own = d * batch * state;  // this direction's [batch, S] of h0, c0, h_n and c_n
+            FusedArgs<T> &a = run.d[d];
+            a = fused_args<T>(input, d ? weights_reverse : weights, static_cast<const T *>(h0) + own,
+                              static_cast<const T *>(c0) + own, steps, batch, features, state, l);
+            a.bias = static_cast<const T *>(d ? bias_reverse : bias);
+            a.output = static_cast<T *>(output) + d * state;
+            a.output_pitch = (int)(directions * state);
+            a.h_n = static_cast<T *>(h_n) + own;
+            a.c_n = static_cast<T *>(c_n) + own;
+            a.reverse = d;
+            a.pitch = l.forward_pitch;
+        }
+        return launch_forward<T>(fn, run, (int)directions, batch, l, static_cast<cudaStream_t>(stream));
     });
     PRL_API_END
 }

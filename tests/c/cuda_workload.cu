@@ -173,8 +173,18 @@ static void fused_case(int dtype, int64_t steps, int64_t batch, int64_t features
                                                state, dtype, 0, nullptr) == PRL_SUCCESS);
     CHECK(prl_lltm_sequence_fused_backward_cuda(grad, grad_c, x, w, h0, c0, out, cells, gates, dg, dx, dw, db, dh0,
                                                 dc0, steps, batch, features, state, dtype, 0, nullptr) == PRL_SUCCESS);
+    // a layer's two directions in one launch (only the launch is checked: the weights shared),
+    // the reverse direction reading x backwards: states [2, batch, state], output [steps, batch, 2 state]
+    auto h2 = to_device(random_values<T>((size_t)(2 * cell), 1.0));
+    auto c2 = to_device(random_values<T>((size_t)(2 * cell), 1.0));
+    T *out2, *h_n2, *c_n2;
+    for (auto [p, count] : {std::pair<T **, int64_t>{&out2, 2 * n}, {&h_n2, 2 * cell}, {&c_n2, 2 * cell}})
+        cudaMalloc(p, (size_t)count * sizeof(T));
+    CHECK(prl_lltm_layer_fused_inference_cuda(x, w, bias, w, bias, h2, c2, out2, h_n2, c_n2, 2, steps, batch,
+                                              features, state, dtype, 0, nullptr) == PRL_SUCCESS);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     for (T *p : {x, w, bias, h0, c0, grad, grad_c, out, cells, gates, c_n, dg, dx, dw, db, dh0, dc0}) cudaFree(p);
+    for (T *p : {h2, c2, out2, h_n2, c_n2}) cudaFree(p);
 }
 
 int main() {
