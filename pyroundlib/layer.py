@@ -46,55 +46,78 @@ def _check_stack_args(input, weights, bias, h0, c0, directions) -> None:
     if not weights or len(weights) % directions or len(bias) != len(weights):
         raise ValueError(f"weights and bias must hold one tensor per layer and direction, got {len(weights)} and "
                          f"{len(bias)} for {directions} direction(s)")
-    for name, t in (("h0", h0), ("c0", c0)):
-        check_like(name, t, "input", input)
+    if (h0 is None) != (c0 is None):
+        raise ValueError("h0 and c0 must both be given or both be None (zeros)")
     steps, batch, features = input.shape
-    state = h0.shape[-1] if h0.dim() == 3 else 0
-    for name, t in (("h0", h0), ("c0", c0)):
-        check_shape(name, t, (len(weights), batch, state), "[num_layers*num_directions, batch, state_size]")
-    for k, (w, b) in enumerate(zip(weights, bias)):
-        width = features if k < directions else directions * state
-        check_like(f"weights[{k}]", w, "input", input)
-        check_like(f"bias[{k}]", b, "input", input)
-        check_shape(f"weights[{k}]", w, (3 * state, state + width), f"[3*state_size, state_size+{width}]")
-        check_shape(f"bias[{k}]", b, (3 * state,), "[3*state_size]")
+    state = weights[0].shape[0] // 3 if weights[0].dim() == 2 else 0
+    dtype, device = input.dtype, input.device
+    states = [] if h0 is None else [("h0", h0), ("c0", c0)]
+    tensors = states + [(f"{name}[{k}]", t) for name, ts in (("weights", weights), ("bias", bias))
+                        for k, t in enumerate(ts)]
+    expected = [(len(weights), batch, state)] * len(states) + \
+        [(3 * state, state + (features if k < directions else directions * state)) for k in range(len(weights))] + \
+        [(3 * state,)] * len(bias)
+    for (name, t), shape in zip(tensors, expected):
+        if not (isinstance(t, Tensor) and t.dtype == dtype and t.device == device and t.shape == shape):
+            check_like(name, t, "input", input)  # raises for a wrong type, dtype or device
+            meaning = "[num_layers*num_directions, batch, state_size]" if name[0] in "hc" else \
+                "[3*state_size]" if name[0] == "b" else f"[3*state_size, state_size+{shape[1] - state}]"
+            check_shape(name, t, shape, meaning)
 
 
-def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h0: Tensor, c0: Tensor,
-                     directions: int):
+def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h0: Optional[Tensor],
+                     c0: Optional[Tensor], directions: int):
     """Every layer and direction's forward, no backward following: input [T, B, I] (T >= 1),
-    weights and bias in nn.LSTM's order, h0 and c0 [L*D, B, S] -> (output [T, B, D*S], h_n, c_n)."""
+    weights and bias in nn.LSTM's order, h0 and c0 [L*D, B, S] (None: zeros) -> (output
+    [T, B, D*S], h_n, c_n [L*D, B, S])."""
     _check_stack_args(input, weights, bias, h0, c0, directions)
-    steps, batch, _ = input.shape
-    state = h0.shape[2]
-    x, h0, c0 = input.contiguous(), h0.contiguous(), c0.contiguous()
-    h_n, c_n = torch.empty_like(h0), torch.empty_like(c0)
-    for k in range(len(weights) // directions):
-        own = slice(k * directions, (k + 1) * directions)
-        ws, bs = [w.contiguous() for w in weights[own]], [b.contiguous() for b in bias[own]]
-        features = x.shape[2]
-        output = x.new_empty(steps, batch, directions * state)
-        if sequence._route(x, steps, batch, features, state, inference=True) is sequence.FUSED:
-            reverse = (ws[1].data_ptr(), bs[1].data_ptr()) if directions == 2 else (None, None)
-            _layer_inference_kernel(x, x.data_ptr(), ws[0].data_ptr(), bs[0].data_ptr(), *reverse, h0[own].data_ptr(),
-                                    c0[own].data_ptr(), output.data_ptr(), h_n[own].data_ptr(), c_n[own].data_ptr(),
-                                    directions, steps, batch, features, state, DTYPE_CODES[x.dtype])
-        else:  # each direction's own route; the reverse one over the sequence flipped in time
-            for d in range(directions):
-                i = k * directions + d
-                out, c, *_ = sequence._forward_op(x.flip(0) if d else x, ws[d], bs[d], h0[i], c0[i], inference=True)
-                output[:, :, d * state:(d + 1) * state] = out.flip(0) if d else out
-                h_n[i], c_n[i] = out[-1], c
-        x = output
-    return x, h_n, c_n
+    steps, batch, features = input.shape
+    state = weights[0].shape[0] // 3
+    layers = len(weights) // directions
+    if all(sequence._route(input, steps, batch, features if k == 0 else directions * state, state, inference=True)
+           is sequence.FUSED for k in range(layers)):
+        # every layer's directions in one launch, h_n and c_n written in place; the states'
+        # rows [k*D, (k+1)*D) are layer k's, at a byte offset of its own
+        x = input.contiguous()
+        h_n, c_n = x.new_empty(len(weights), batch, state), x.new_empty(len(weights), batch, state)
+        h0, c0 = (None, None) if h0 is None else (h0.contiguous(), c0.contiguous())
+        step = directions * batch * state * x.element_size()
+        ws, bs = [w.contiguous() for w in weights], [b.contiguous() for b in bias]
+        for k in range(layers):
+            d = k * directions
+            output = x.new_empty(steps, batch, directions * state)
+            reverse = (ws[d + 1].data_ptr(), bs[d + 1].data_ptr()) if directions == 2 else (None, None)
+            given = (None, None) if h0 is None else (h0.data_ptr() + k * step, c0.data_ptr() + k * step)
+            _layer_inference_kernel(x, x.data_ptr(), ws[d].data_ptr(), bs[d].data_ptr(), *reverse, *given,
+                                    output.data_ptr(), h_n.data_ptr() + k * step, c_n.data_ptr() + k * step,
+                                    directions, steps, batch, x.shape[2], state, DTYPE_CODES[x.dtype])
+            x = output
+        return x, h_n, c_n
+    # else each direction on its own route, the reverse one over the sequence flipped in time
+    x, h_n, c_n = input, [], []
+    if h0 is None:
+        h0 = c0 = input.new_zeros(len(weights), batch, state)  # only read
+    for k in range(layers):
+        outputs = []
+        for d in range(directions):
+            i = k * directions + d
+            output, c, *_ = sequence._forward_op(x.flip(0) if d else x, weights[i], bias[i], h0[i], c0[i],
+                                                 inference=True)
+            outputs.append(output.flip(0) if d else output)
+            h_n.append(output[-1])
+            c_n.append(c)
+        x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
+    return x, torch.stack(h_n), torch.stack(c_n)
 
 
 def _stack_fake(input, weights, bias, h0, c0, directions):
     _check_stack_args(input, weights, bias, h0, c0, directions)
-    return input.new_empty(*input.shape[:2], directions * h0.shape[2]), torch.empty_like(h0), torch.empty_like(c0)
+    state = weights[0].shape[0] // 3
+    return (input.new_empty(*input.shape[:2], directions * state), input.new_empty(len(weights), input.shape[1], state),
+            input.new_empty(len(weights), input.shape[1], state))
 
 
-define_op("lltm_layers_inference(Tensor input, Tensor[] weights, Tensor[] bias, Tensor h0, Tensor c0, "
+define_op("lltm_layers_inference(Tensor input, Tensor[] weights, Tensor[] bias, Tensor? h0, Tensor? c0, "
           "int directions) -> (Tensor, Tensor, Tensor)", _stack_inference, _stack_fake)
 
 
@@ -107,8 +130,9 @@ def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions):
         return [at(t, d, i) for t, d in zip(ts, dims if dims is not None else [None] * len(ts))]
 
     outs = [torch.ops.pyroundlib.lltm_layers_inference.default(
-        at(input, in_dims[0], i), each(weights, in_dims[1], i), each(bias, in_dims[2], i), at(h0, in_dims[3], i),
-        at(c0, in_dims[4], i), directions) for i in range(info.batch_size)]
+        at(input, in_dims[0], i), each(weights, in_dims[1], i), each(bias, in_dims[2], i),
+        None if h0 is None else at(h0, in_dims[3], i), None if c0 is None else at(c0, in_dims[4], i), directions)
+        for i in range(info.batch_size)]
     return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0)
 
 
@@ -251,7 +275,7 @@ class LLTMLayer(torch.nn.Module):
         if pack is None and x.shape[0] and DIRECT_WITHOUT_GRAD \
                 and not (self.dropout > 0 and self.training and self.num_layers > 1):
             if no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ())):
-                return self._stack_inference(x, batch, state)
+                return self._stack_inference(x, state)
         h_n, c_n = [], []
         if state is None:  # zeros, shared by every layer and direction (each only reads them)
             zeros = (x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size))
@@ -278,15 +302,13 @@ class LLTMLayer(torch.nn.Module):
                 x = F.dropout(x, self.dropout, training=True)
         return x, torch.stack(h_n), torch.stack(c_n)
 
-    def _stack_inference(self, x: Tensor, batch: int, state):
+    def _stack_inference(self, x: Tensor, state):
         """_layers where no gradient is wanted: one op for the whole stack (above)."""
         names = [suffix for suffix, _ in self._parameter_shapes()]
         weights = [getattr(self, f"weights{suffix}") for suffix in names]
         layers = len(names)
-        if state is None:
-            shape = (layers, batch, self.state_size)
-            state = (x.new_zeros(shape), x.new_zeros(shape))
-        x, h0, c0, *weights = autocast_cast((x, *state, *weights))
+        x, *weights = autocast_cast((x, *weights))
+        h0, c0 = (None, None) if state is None else autocast_cast(tuple(state))
         if self.has_bias:
             bias = list(autocast_cast(tuple(getattr(self, f"bias{suffix}") for suffix in names)))
         else:

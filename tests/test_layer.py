@@ -695,7 +695,12 @@ def test_opcheck_inference_stack(device):
     weights = [torch.randn(3 * S, S + w, device=device) * 0.3 for w in (I, I, 2 * S, 2 * S)]
     bias = [torch.randn(3 * S, device=device) for _ in weights]
     h0, c0 = torch.randn(4, B, S, device=device), torch.randn(4, B, S, device=device)
-    torch.library.opcheck(torch.ops.pyroundlib.lltm_layers_inference.default, (x, weights, bias, h0, c0, 2))
+    for state in ((h0, c0), (None, None)):
+        torch.library.opcheck(torch.ops.pyroundlib.lltm_layers_inference.default, (x, weights, bias, *state, 2))
+    with pytest.raises(ValueError, match="h0 and c0 must both be given or both be None"):
+        torch.ops.pyroundlib.lltm_layers_inference(x, weights, bias, h0, None, 2)
+    with pytest.raises(TypeError, match=r"bias\[1\] has dtype torch.float64"):
+        torch.ops.pyroundlib.lltm_layers_inference(x, weights, [bias[0], bias[1].double()] + bias[2:], h0, c0, 2)
     with pytest.raises(ValueError, match=r"weights\[2\] must have shape \[18, 18\]"):
         torch.ops.pyroundlib.lltm_layers_inference(x, weights[:2] + [weights[2][:, :-1], weights[3]], bias, h0, c0, 2)
     with pytest.raises(ValueError, match=r"h0 must have shape \[4, 3, 6\]"):

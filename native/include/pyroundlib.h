@@ -327,7 +327,7 @@ PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *grad_output
  * direction), nothing kept for a backward.  input [T, batch, features] (T >= 1); weights,
  * bias: the forward direction's; weights_reverse, bias_reverse: the reverse direction's
  * (read with directions = 2), which runs the sequence from step T - 1 back to step 0; h0,
- * c0 [directions, batch, state].  Outputs: output [T, batch, directions * state] (each
+ * c0 [directions, batch, state], or both NULL for zeros.  Outputs: output [T, batch, directions * state] (each
  * step's new_h, direction d at columns d*state ... : nn.LSTM's layout), h_n and c_n
  * [directions, batch, state] (each direction's last state). */
 PRL_API prl_status prl_lltm_layer_fused_inference_cuda(const void *input, const void *weights, const void *bias,

@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
     for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
         const int r = e / S, s = e - r * S;
         const int64_t at = (int64_t)(b0 + r) * S + s;
-        xh[r * K1 + s] = prl::load(p.h0[at]);
-        cell[r * S + s] = prl::load(p.c0[at]);
+        xh[r * K1 + s] = p.h0 ? prl::load(p.h0[at]) : A(0);  // NULL (a layer's state not given): zeros
+        cell[r * S + s] = p.c0 ? prl::load(p.c0[at]) : A(0);
     }
     for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) xh[(e / rows) * p.rows * K1 + (e % rows) * K1 + K1 - 1] = A(1);
 
@@ -440,7 +440,8 @@ FusedArgs<T> fused_args(const void *x, const void *w, const void *h0, const void
 // within, the layout fits, the buffers all read, and the kernels' shared-memory allowance.
 template <typename T>
 prl_status prepare_fused(const char *fn, const void *input, const void *weights, const void *h0, const void *c0,
-                         int64_t steps, int64_t batch, int64_t features, int64_t state, int device, Layout &l) {
+                         int64_t steps, int64_t batch, int64_t features, int64_t state, int device, Layout &l,
+                         bool state_given = true) {
     PRL_TRY(prl::check_count(fn, "features", features));
     PRL_TRY(prl::check_sequence_sizes(fn, steps, batch, state, state + features));
     if (features >= (int64_t(1) << 24) || steps * batch * (3 * state + features) >= (int64_t(1) << 40))
@@ -456,9 +457,9 @@ prl_status prepare_fused(const char *fn, const void *input, const void *weights,
                          "_backward_cuda and GEMMs of your own", fn, (long long)features, (long long)state, device);
     PRL_TRY(prl::check_pointer(fn, "input", input, steps * batch * features));
     PRL_TRY(prl::check_pointer(fn, "weights", weights, 3 * state * (state + features)));
+    if (!state_given) return PRL_SUCCESS;
     PRL_TRY(prl::check_pointer(fn, "h0", h0, batch * state));
-    PRL_TRY(prl::check_pointer(fn, "c0", c0, batch * state));
-    return PRL_SUCCESS;
+    return prl::check_pointer(fn, "c0", c0, batch * state);
 }
 
 // The buffers a training forward writes and its backward reads.
@@ -621,9 +622,9 @@ extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
         if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
         Layout l;
         const int64_t states = directions * batch * state;  // h0, c0, h_n, c_n: [directions, batch, S]
-        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
-        PRL_TRY(prl::check_pointer(fn, "h0", h0, states));
-        PRL_TRY(prl::check_pointer(fn, "c0", c0, states));
+        PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l, false));
+        if ((h0 == nullptr) != (c0 == nullptr))
+            return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: h0 and c0 must both be given or both be NULL", fn);
         PRL_TRY(prl::check_pointer(fn, "bias", bias, 3 * state));
         PRL_TRY(prl::check_pointer(fn, "output", output, steps * states));
         PRL_TRY(prl::check_pointer(fn, "h_n", h_n, states));
@@ -636,8 +637,8 @@ extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
         for (int d = 0; d < directions; ++d) {
             const int64_t own = d * batch * state;  // this direction's [batch, S] of h0, c0, h_n and c_n
             FusedArgs<T> &a = run.d[d];
-            a = fused_args<T>(input, d ? weights_reverse : weights, static_cast<const T *>(h0) + own,
-                              static_cast<const T *>(c0) + own, steps, batch, features, state, l);
+            a = fused_args<T>(input, d ? weights_reverse : weights, h0 ? static_cast<const T *>(h0) + own : nullptr,
+                              c0 ? static_cast<const T *>(c0) + own : nullptr, steps, batch, features, state, l);
             a.bias = static_cast<const T *>(d ? bias_reverse : bias);
             a.output = static_cast<T *>(output) + d * state;
             a.output_pitch = (int)(directions * state);
