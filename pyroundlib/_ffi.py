@@ -96,10 +96,10 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_sequence_fused_backward_cuda", STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
                                                        _I64, _I64, _I64, _I64, _INT, _INT, _P)),
     #                                                   input weights bias weights_reverse bias_reverse h0 c0
-    #                                                   output h_n c_n directions steps batch features state
-    #                                                   dtype device stream
-    ("prl_lltm_layer_fused_inference_cuda",   STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64,
-                                                       _I64, _INT, _INT, _P)),
+    #                                                   first lengths output h_n c_n directions steps batch
+    #                                                   features state dtype device stream
+    ("prl_lltm_layer_fused_inference_cuda",   STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64,
+                                                       _I64, _I64, _I64, _INT, _INT, _P)),
 )
 
 

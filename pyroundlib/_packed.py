@@ -58,27 +58,27 @@ class Pack:
             if self.steps:
                 _upload_kernel(self.sizes, self.sizes.data_ptr(), host.data_ptr(), self.steps)
         self._arange = functools.partial(torch.arange, device=device)
-        self._first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
-        self._lengths = (self.sizes.unsqueeze(0) > self._arange(self.batch).unsqueeze(1)).sum(1)
-        self.last = self._first[self._lengths - 1] + self._arange(self.batch)  # each sequence's last row
+        self.first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
+        self.lengths = (self.sizes.unsqueeze(0) > self._arange(self.batch).unsqueeze(1)).sum(1)
+        self.last = self.first[self.lengths - 1] + self._arange(self.batch)  # each sequence's last row
 
     @functools.cached_property
     def _rows(self):
         """(step, sequence) of each row."""
         step = torch.repeat_interleave(self._arange(self.steps), self.sizes, output_size=self.rows)
-        return step, self._arange(self.rows) - self._first[step]
+        return step, self._arange(self.rows) - self.first[step]
 
     @functools.cached_property
     def reverse(self) -> Tensor:
         """Row (t, b) <-> row (length_b - 1 - t, b): each sequence reversed in time."""
         step, seq = self._rows
-        return self._first[self._lengths[seq] - 1 - step] + seq
+        return self.first[self.lengths[seq] - 1 - step] + seq
 
     @functools.cached_property
     def previous(self) -> Tensor:
         """The row of h_{t-1} in cat([h0, data rows]): h0's for t = 0."""
         step, seq = self._rows
-        return torch.where(step == 0, seq, self.batch + self._first[(step - 1).clamp(min=0)] + seq)
+        return torch.where(step == 0, seq, self.batch + self.first[(step - 1).clamp(min=0)] + seq)
 
 
 def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor,

@@ -36,10 +36,20 @@ from .sequence import lltm_sequence
 _layer_inference_kernel = Kernel("lltm_layer_fused_inference", cpu=False)
 
 
-def _check_stack_args(input, weights, bias, h0, c0, directions) -> None:
+def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, lengths=None) -> None:
     """Raise TypeError/ValueError naming the first bad argument of lltm_layers_inference."""
     check_tensor("input", input)
-    if input.dim() != 3:
+    if (first is None) != (lengths is None):
+        raise ValueError("first and lengths must both be given (a pack) or both be None (a padded batch)")
+    if first is not None:
+        for name, t in (("first", first), ("lengths", lengths)):
+            if not isinstance(t, Tensor) or t.dtype != torch.int64 or t.dim() != 1 or t.device != input.device:
+                raise ValueError(f"{name} must be a 1-D int64 tensor on {input.device} (a pack's), got "
+                                 f"{t.dtype if isinstance(t, Tensor) else type(t).__name__}")
+        if input.dim() != 2:
+            raise ValueError(f"input must be a pack's rows, 2-D [rows, input_features], got shape "
+                             f"{list(input.shape)}")
+    elif input.dim() != 3:
         raise ValueError(f"input must be 3-D [time, batch, input_features], got shape {list(input.shape)}")
     if directions not in (1, 2):
         raise ValueError(f"directions must be 1 or 2, got {directions}")
@@ -48,7 +58,7 @@ def _check_stack_args(input, weights, bias, h0, c0, directions) -> None:
                          f"{len(bias)} for {directions} direction(s)")
     if (h0 is None) != (c0 is None):
         raise ValueError("h0 and c0 must both be given or both be None (zeros)")
-    steps, batch, features = input.shape
+    steps, batch, features = input.shape if first is None else (len(first), len(lengths), input.shape[1])
     state = weights[0].shape[0] // 3 if weights[0].dim() == 2 else 0
     dtype, device = input.dtype, input.device
     states = [] if h0 is None else [("h0", h0), ("c0", c0)]
@@ -65,34 +75,47 @@ def _check_stack_args(input, weights, bias, h0, c0, directions) -> None:
             check_shape(name, t, shape, meaning)
 
 
+def _all_fused(t: Tensor, steps: int, batch: int, features: int, state: int, directions: int, layers: int) -> bool:
+    """Whether every layer's inference takes the fused kernels (sequence._route)."""
+    return all(sequence._route(t, steps, batch, features if k == 0 else directions * state, state, inference=True)
+               is sequence.FUSED for k in range(layers))
+
+
 def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h0: Optional[Tensor],
-                     c0: Optional[Tensor], directions: int):
+                     c0: Optional[Tensor], directions: int, first: Optional[Tensor] = None,
+                     lengths: Optional[Tensor] = None):
     """Every layer and direction's forward, no backward following: input [T, B, I] (T >= 1),
     weights and bias in nn.LSTM's order, h0 and c0 [L*D, B, S] (None: zeros) -> (output
-    [T, B, D*S], h_n, c_n [L*D, B, S])."""
-    _check_stack_args(input, weights, bias, h0, c0, directions)
-    steps, batch, features = input.shape
+    [T, B, D*S], h_n, c_n [L*D, B, S]).  A pack (``_packed.Pack``): input its rows [N, I], first
+    and lengths its ``first`` and ``lengths``; output [N, D*S], the states in its sorted order;
+    only where every layer takes the fused kernels."""
+    _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths)
+    steps, batch, features = input.shape if first is None else (len(first), len(lengths), input.shape[1])
     state = weights[0].shape[0] // 3
     layers = len(weights) // directions
-    if all(sequence._route(input, steps, batch, features if k == 0 else directions * state, state, inference=True)
-           is sequence.FUSED for k in range(layers)):
+    if _all_fused(input, steps, batch, features, state, directions, layers):
         # every layer's directions in one launch, h_n and c_n written in place; the states'
         # rows [k*D, (k+1)*D) are layer k's, at a byte offset of its own
         x = input.contiguous()
+        pack = (None, None) if first is None else (first.contiguous().data_ptr(), lengths.contiguous().data_ptr())
         h_n, c_n = x.new_empty(len(weights), batch, state), x.new_empty(len(weights), batch, state)
         h0, c0 = (None, None) if h0 is None else (h0.contiguous(), c0.contiguous())
         step = directions * batch * state * x.element_size()
         ws, bs = [w.contiguous() for w in weights], [b.contiguous() for b in bias]
         for k in range(layers):
             d = k * directions
-            output = x.new_empty(steps, batch, directions * state)
+            output = x.new_empty(*x.shape[:-1], directions * state)
             reverse = (ws[d + 1].data_ptr(), bs[d + 1].data_ptr()) if directions == 2 else (None, None)
             given = (None, None) if h0 is None else (h0.data_ptr() + k * step, c0.data_ptr() + k * step)
-            _layer_inference_kernel(x, x.data_ptr(), ws[d].data_ptr(), bs[d].data_ptr(), *reverse, *given,
+            _layer_inference_kernel(x, x.data_ptr(), ws[d].data_ptr(), bs[d].data_ptr(), *reverse, *given, *pack,
                                     output.data_ptr(), h_n.data_ptr() + k * step, c_n.data_ptr() + k * step,
-                                    directions, steps, batch, x.shape[2], state, DTYPE_CODES[x.dtype])
+                                    directions, steps, batch, x.shape[-1], state, DTYPE_CODES[x.dtype])
             x = output
         return x, h_n, c_n
+    if first is not None:
+        raise ValueError(f"a pack runs in lltm_layers_inference only where the fused CUDA kernels take every layer "
+                         f"(steps={steps}, batch={batch}, input_features={features}, state_size={state}, "
+                         f"{input.dtype} on {input.device}): run LLTMLayer on the PackedSequence")
     # else each direction on its own route, the reverse one over the sequence flipped in time
     x, h_n, c_n = input, [], []
     if h0 is None:
@@ -110,18 +133,20 @@ def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h
     return x, torch.stack(h_n), torch.stack(c_n)
 
 
-def _stack_fake(input, weights, bias, h0, c0, directions):
-    _check_stack_args(input, weights, bias, h0, c0, directions)
+def _stack_fake(input, weights, bias, h0, c0, directions, first=None, lengths=None):
+    _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths)
     state = weights[0].shape[0] // 3
-    return (input.new_empty(*input.shape[:2], directions * state), input.new_empty(len(weights), input.shape[1], state),
-            input.new_empty(len(weights), input.shape[1], state))
+    batch = input.shape[1] if first is None else lengths.shape[0]
+    return (input.new_empty(*input.shape[:-1], directions * state), input.new_empty(len(weights), batch, state),
+            input.new_empty(len(weights), batch, state))
 
 
 define_op("lltm_layers_inference(Tensor input, Tensor[] weights, Tensor[] bias, Tensor? h0, Tensor? c0, "
-          "int directions) -> (Tensor, Tensor, Tensor)", _stack_inference, _stack_fake)
+          "int directions, Tensor? first=None, Tensor? lengths=None) -> (Tensor, Tensor, Tensor)", _stack_inference,
+          _stack_fake)
 
 
-def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions):
+def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions, first=None, lengths=None):
     """vmap of lltm_layers_inference: one stack per index of the vmapped dimension."""
     def at(t, dim, i):
         return t if dim is None else t.select(dim, i)
@@ -131,8 +156,8 @@ def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions):
 
     outs = [torch.ops.pyroundlib.lltm_layers_inference.default(
         at(input, in_dims[0], i), each(weights, in_dims[1], i), each(bias, in_dims[2], i),
-        None if h0 is None else at(h0, in_dims[3], i), None if c0 is None else at(c0, in_dims[4], i), directions)
-        for i in range(info.batch_size)]
+        None if h0 is None else at(h0, in_dims[3], i), None if c0 is None else at(c0, in_dims[4], i), directions,
+        first, lengths) for i in range(info.batch_size)]
     return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0)
 
 
@@ -272,10 +297,13 @@ class LLTMLayer(torch.nn.Module):
         pack's data [N, features]; state checked, or None.  -> (output, h_n, c_n), the output
         shaped as x with D*S features."""
         directions = 2 if self.bidirectional else 1
-        if pack is None and x.shape[0] and DIRECT_WITHOUT_GRAD \
-                and not (self.dropout > 0 and self.training and self.num_layers > 1):
-            if no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ())):
+        if x.shape[0] and DIRECT_WITHOUT_GRAD and not (self.dropout > 0 and self.training and self.num_layers > 1) \
+                and no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ())):
+            if pack is None:
                 return self._stack_inference(x, state)
+            if x.is_cuda and _all_fused(x, pack.steps, pack.batch, self.input_features, self.state_size, directions,
+                                        self.num_layers):
+                return self._stack_inference(x, state, pack)
         h_n, c_n = [], []
         if state is None:  # zeros, shared by every layer and direction (each only reads them)
             zeros = (x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size))
@@ -302,7 +330,7 @@ class LLTMLayer(torch.nn.Module):
                 x = F.dropout(x, self.dropout, training=True)
         return x, torch.stack(h_n), torch.stack(c_n)
 
-    def _stack_inference(self, x: Tensor, state):
+    def _stack_inference(self, x: Tensor, state, pack: Optional[Pack] = None):
         """_layers where no gradient is wanted: one op for the whole stack (above)."""
         names = [suffix for suffix, _ in self._parameter_shapes()]
         weights = [getattr(self, f"weights{suffix}") for suffix in names]
@@ -313,8 +341,8 @@ class LLTMLayer(torch.nn.Module):
             bias = list(autocast_cast(tuple(getattr(self, f"bias{suffix}") for suffix in names)))
         else:
             bias = [x.new_zeros(3 * self.state_size)] * layers
-        return torch.ops.pyroundlib.lltm_layers_inference.default(x, weights, bias, h0, c0,
-                                                                  2 if self.bidirectional else 1)
+        return torch.ops.pyroundlib.lltm_layers_inference.default(
+            x, weights, bias, h0, c0, 2 if self.bidirectional else 1, *(() if pack is None else (pack.first, pack.lengths)))
 
     def _check_state(self, state, layers: int, batch: int, batched: bool):
         if not (isinstance(state, (tuple, list)) and len(state) == 2):

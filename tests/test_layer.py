@@ -466,19 +466,25 @@ def test_packed_routes(monkeypatch, device, route, dtype):
 @pytest.mark.parametrize("route", ["", "0"], ids=["one-call", "step-loop"])
 def test_packed_inference_runs_no_autograd_node(monkeypatch, device, route):
     """A pack where no gradient is wanted (inference mode, no_grad) runs each direction's
-    forward without PackedLLTMFunction: the same bits as with it, results that need no graph."""
+    forward without PackedLLTMFunction: the same bits as with it, results that need no graph;
+    or, on CUDA where the fused kernels take every layer, the whole stack as one op."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
     layer, x, state, _ = stacked_case(device)
     output, (h, c) = layer(x, state)
     want = [t.detach() for t in (output.data, h, c)]
-    calls = []
+    calls, stack_calls = [], counting_stack_calls(monkeypatch)
     apply = pyroundlib._packed.PackedLLTMFunction.apply
     monkeypatch.setattr(pyroundlib._packed.PackedLLTMFunction, "apply", lambda *a: calls.append(1) or apply(*a))
+    stacked = device == "cuda" and route == ""
     for mode in (torch.inference_mode, torch.no_grad):
         with mode():
             output, (h, c) = layer(x, state)
-        assert all(torch.equal(g, w) and not g.requires_grad for g, w in zip((output.data, h, c), want))
-    assert not calls
+        assert not any(t.requires_grad for t in (output.data, h, c))
+        if stacked:  # other kernels: the float32 tolerance
+            torch.testing.assert_close([output.data, h, c], want)
+        else:
+            assert all(torch.equal(g, w) for g, w in zip((output.data, h, c), want))
+    assert not calls and len(stack_calls) == (2 if stacked else 0)
 
 
 @requires_cuda
@@ -716,3 +722,58 @@ def test_inference_stack_in_a_users_cuda_graph():
             x.copy_(torch.randn_like(x))
             graph.replay()
             check_inference(layer, x, state, (output.clone(), (h.clone(), c.clone())))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_layers,bidirectional", [(1, False), (1, True), (3, False), (3, True)])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_packed_inference_against_reference(monkeypatch, device, num_layers, bidirectional, enforce_sorted, dtype):
+    """A pack under inference_mode, each sequence exactly its own steps (on CUDA the whole stack
+    as one op, the fused kernels reading the pack's rows; the reverse direction from each
+    sequence's own last step), against each sequence run alone by the reference in float64:
+    the output rows, h_n and c_n in the batch's own order, with and without a state; every
+    output element written."""
+    rnn = torch.nn.utils.rnn
+    calls = counting_stack_calls(monkeypatch)
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bidirectional=bidirectional, device=device,
+                                 dtype=dtype)
+    ref = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bidirectional=bidirectional, dtype=torch.float64)
+    ref.load_state_dict({k: v.cpu().double() for k, v in layer.state_dict().items()})
+    lengths = [7, 7, 5, 3, 3, 1] if enforce_sorted else [3, 7, 1, 5, 7, 3]
+    layers = num_layers * (2 if bidirectional else 1)
+    x = torch.randn(max(lengths), len(lengths), I, device=device, dtype=dtype)
+    state = [torch.randn(layers, len(lengths), S, device=device, dtype=dtype) for _ in range(2)]
+    packed = rnn.pack_padded_sequence(x, lengths, enforce_sorted=enforce_sorted)
+    for given in (state, None):
+        poison_cuda_memory(device)
+        with torch.inference_mode():
+            output, (h, c) = layer(packed, given)
+        assert torch.equal(output.batch_sizes, packed.batch_sizes)
+        padded, _ = rnn.pad_packed_sequence(output)
+        want = packed_reference(ref, x.cpu().double(), lengths, None if given is None else
+                                [t.cpu().double() for t in given])
+        for g, w in zip((output.data, h, c), (rnn.pack_padded_sequence(want[0], lengths,
+                                                                       enforce_sorted=enforce_sorted).data, *want[1:])):
+            assert not torch.isnan(g).any(), "elements not written"
+            g = g.cpu().double()
+            if dtype == torch.bfloat16:
+                assert (g - w).norm() <= 0.05 * w.norm() + 1e-2
+            else:
+                torch.testing.assert_close(g, w, **TOLERANCES[dtype])
+    assert len(calls) == (2 if device == "cuda" else 0)
+
+
+@requires_cuda
+def test_opcheck_inference_stack_on_a_pack():
+    rnn = torch.nn.utils.rnn
+    packed = rnn.pack_padded_sequence(torch.randn(7, 4, I, device="cuda"), [7, 5, 5, 2])
+    pack = pyroundlib._packed.Pack(packed.batch_sizes, packed.data.device)
+    weights = [torch.randn(3 * S, S + w, device="cuda") * 0.3 for w in (I, I, 2 * S, 2 * S)]
+    bias = [torch.randn(3 * S, device="cuda") for _ in weights]
+    h0, c0 = torch.randn(4, 4, S, device="cuda"), torch.randn(4, 4, S, device="cuda")
+    args = (packed.data, weights, bias, h0, c0, 2, pack.first, pack.lengths)
+    torch.library.opcheck(torch.ops.pyroundlib.lltm_layers_inference.default, args)
+    with pytest.raises(ValueError, match="lengths must be a 1-D int64 tensor"):
+        torch.ops.pyroundlib.lltm_layers_inference(*args[:-1], pack.lengths.int())

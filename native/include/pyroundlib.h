@@ -327,12 +327,18 @@ PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *grad_output
  * direction), nothing kept for a backward.  input [T, batch, features] (T >= 1); weights,
  * bias: the forward direction's; weights_reverse, bias_reverse: the reverse direction's
  * (read with directions = 2), which runs the sequence from step T - 1 back to step 0; h0,
- * c0 [directions, batch, state], or both NULL for zeros.  Outputs: output [T, batch, directions * state] (each
- * step's new_h, direction d at columns d*state ... : nn.LSTM's layout), h_n and c_n
- * [directions, batch, state] (each direction's last state). */
+ * c0 [directions, batch, state], or both NULL for zeros.  Outputs: output [T, batch,
+ * directions * state] (each step's new_h, direction d at columns d*state ...: nn.LSTM's
+ * layout), h_n and c_n [directions, batch, state] (each direction's last state).
+ * A pack (a PackedSequence's rows, its sequences sorted longest first): first [T] and
+ * lengths [batch], int64 in device memory: step t's first sequence is row first[t] of input
+ * and output, and sequence b runs lengths[b] steps (lengths[0] = T, none longer than the one
+ * before).  Each runs exactly its own steps, the reverse direction from its own last step,
+ * and its h_n and c_n are the state there.  Both NULL: a padded batch. */
 PRL_API prl_status prl_lltm_layer_fused_inference_cuda(const void *input, const void *weights, const void *bias,
                                                        const void *weights_reverse, const void *bias_reverse,
-                                                       const void *h0, const void *c0, void *output, void *h_n,
+                                                       const void *h0, const void *c0, const int64_t *first,
+                                                       const int64_t *lengths, void *output, void *h_n,
                                                        void *c_n, int64_t directions, int64_t steps,
                                                        int64_t batch, int64_t features, int64_t state,
                                                        int dtype, int device, void *stream);

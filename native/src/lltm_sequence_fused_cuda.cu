@@ -59,6 +59,10 @@ template <typename T> struct FusedArgs {
     // output rows `output_pitch` elements apart (a layer's two directions share one output
     // [steps, batch, 2S], each at its own columns); NULL cells and gates are not written.
     int reverse, output_pitch;
+    // A pack (NULL: a padded batch): x and output hold its rows, step t's first sequence at row
+    // first[t]; sequence b runs lengths[b] steps (non-increasing in b, as a PackedSequence sorts
+    // them; the reverse direction from its own last step), and its h_n, c_n are its last step's.
+    const int64_t *first, *lengths;
 };
 
 // A forward launch: blockIdx.y picks the direction (one, or a layer's two side by side).
@@ -139,17 +143,23 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
     }
     for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) xh[(e / rows) * p.rows * K1 + (e % rows) * K1 + K1 - 1] = A(1);
 
-    for (int t = 0; t < p.steps; ++t) {
+    // row r's steps, and the row of x and output of its t-th step (t below its steps)
+    const auto steps_of = [&](int r) { return p.first ? (int)p.lengths[b0 + r] : p.steps; };
+    const auto row_at = [&](int r, int t) {
+        const int at = p.reverse ? steps_of(r) - 1 - t : t;
+        return p.first ? p.first[at] + b0 + r : (int64_t)at * B + b0 + r;
+    };
+    const int steps = steps_of(0);  // the block's: its first row's, the longest
+    for (int t = 0; t < steps; ++t) {
         A *cur = xh + (t & 1) * p.rows * K1, *next = xh + ((t + 1) & 1) * p.rows * K1;
-        const int at = p.reverse ? p.steps - 1 - t : t;  // the step of x and output
         for (int e = threadIdx.x; e < rows * I; e += blockDim.x) {
             const int r = e / I, i = e - r * I;
-            cur[r * K1 + S + i] = prl::load(p.x[((int64_t)at * B + b0 + r) * I + i]);
+            if (t < steps_of(r)) cur[r * K1 + S + i] = prl::load(p.x[row_at(r, t) * I + i]);
         }
         __syncthreads();  // x_t staged, and h_{t-1} written by every thread of step t - 1
         for (int e = threadIdx.x; e < work; e += blockDim.x) {
             const int q = e % KQ, rs = min(e / KQ, rows * S - 1), r = rs / S, s = rs - r * S;
-            const bool keeps = q == 0 && e / KQ < rows * S;
+            const bool keeps = q == 0 && e / KQ < rows * S && t < steps_of(r);  // a row past its steps stays
             const A *a = cur + r * K1;
             A acc[3] = {A(0), A(0), A(0)};
             for (int k = q; k < K1; k += KQ) {
@@ -161,7 +171,7 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
 #pragma unroll
             for (int g = 0; g < 3; ++g) acc[g] = lanes_sum<KQ>(acc[g]);
             if (!keeps) continue;
-            const int64_t row = (int64_t)at * B + b0 + r;
+            const int64_t row = row_at(r, t);
             A g[3];
 #pragma unroll
             for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the backward reads them
@@ -174,7 +184,7 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
             const T h_stored = prl::store<T>(h), c_stored = prl::store<T>(c_new);
             p.output[row * p.output_pitch + s] = h_stored;
             if (p.cells) p.cells[row * S + s] = c_stored;
-            if (t == p.steps - 1) {
+            if (t == steps_of(r) - 1) {
                 if (p.c_n) p.c_n[(int64_t)(b0 + r) * S + s] = c_stored;
                 if (p.h_n) p.h_n[(int64_t)(b0 + r) * S + s] = h_stored;
             }
@@ -607,8 +617,9 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
 
 extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
     const void *input, const void *weights, const void *bias, const void *weights_reverse, const void *bias_reverse,
-    const void *h0, const void *c0, void *output, void *h_n, void *c_n, int64_t directions, int64_t steps,
-    int64_t batch, int64_t features, int64_t state, int dtype, int device, void *stream) {
+    const void *h0, const void *c0, const int64_t *first, const int64_t *lengths, void *output, void *h_n, void *c_n,
+    int64_t directions, int64_t steps, int64_t batch, int64_t features, int64_t state, int dtype, int device,
+    void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
     if (directions != 1 && directions != 2)
@@ -625,6 +636,9 @@ extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
         PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l, false));
         if ((h0 == nullptr) != (c0 == nullptr))
             return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: h0 and c0 must both be given or both be NULL", fn);
+        if ((first == nullptr) != (lengths == nullptr))
+            return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: first and lengths must both be given (a pack) or both "
+                             "be NULL (a padded batch)", fn);
         PRL_TRY(prl::check_pointer(fn, "bias", bias, 3 * state));
         PRL_TRY(prl::check_pointer(fn, "output", output, steps * states));
         PRL_TRY(prl::check_pointer(fn, "h_n", h_n, states));
@@ -645,6 +659,8 @@ extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
             a.h_n = static_cast<T *>(h_n) + own;
             a.c_n = static_cast<T *>(c_n) + own;
             a.reverse = d;
+            a.first = first;
+            a.lengths = lengths;
             a.pitch = l.forward_pitch;
         }
         return launch_forward<T>(fn, run, (int)directions, batch, l, static_cast<cudaStream_t>(stream));
