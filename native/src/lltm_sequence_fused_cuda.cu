@@ -55,9 +55,10 @@ template <typename T> struct FusedArgs {
     int steps, batch, features, state;
     int rows;   // batch rows per block
     int pitch;  // row pitch of the staged weights, in elements (the forward's or the backward's)
-    // The forward only: step t reads x and writes output at t' = reverse ? steps - 1 - t : t,
-    // output rows `output_pitch` elements apart (a layer's two directions share one output
-    // [steps, batch, 2S], each at its own columns); NULL cells and gates are not written.
+    // A layer's inference (the forward kernel's kLayer): step t reads x and writes output at
+    // t' = reverse ? steps - 1 - t : t, output rows `output_pitch` elements apart (a layer's two
+    // directions share one output [steps, batch, 2S], each at its own columns); cells and gates
+    // are not written, h_n is.
     int reverse, output_pitch;
     // A pack (NULL: a padded batch): x and output hold its rows, step t's first sequence at row
     // first[t]; sequence b runs lengths[b] steps (non-increasing in b, as a PackedSequence sorts
@@ -118,11 +119,13 @@ template <int KQ, typename A> __device__ __forceinline__ A lanes_sum(A v) {
 
 // KQ: the lanes of an output (Layout::split).  A block's threads take the flat index e = (r * S +
 // s) * KQ + q of (row, column, lane) up to whole warps (every lane of a warp takes part in the
-// shuffles; those past the block's rows compute row rows - 1 and keep nothing).
-template <typename T, int KQ>
+// shuffles; those past the block's rows compute row rows - 1 and keep nothing).  kLayer: a
+// layer's inference (blockIdx.y its direction; FusedArgs), compiled apart from the training
+// forward, whose steps it would lengthen (1.12-1.24x the kernel time in bfloat16, H100).
+template <typename T, int KQ, bool kLayer>
 __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirections<T> directions) {
     using A = prl::acc_t<T>;
-    const FusedArgs<T> &p = directions.d[blockIdx.y];
+    const FusedArgs<T> &p = directions.d[kLayer ? blockIdx.y : 0];
     const int S = p.state, I = p.features, K1 = S + I + 1, G3 = 3 * S, P = p.pitch, B = p.batch;
     const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0), work = (rows * S * KQ + 31) / 32 * 32;
     extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -144,10 +147,11 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
     for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) xh[(e / rows) * p.rows * K1 + (e % rows) * K1 + K1 - 1] = A(1);
 
     // row r's steps, and the row of x and output of its t-th step (t below its steps)
-    const auto steps_of = [&](int r) { return p.first ? (int)p.lengths[b0 + r] : p.steps; };
+    const bool packed = kLayer && p.first;
+    const auto steps_of = [&](int r) { return packed ? (int)p.lengths[b0 + r] : p.steps; };
     const auto row_at = [&](int r, int t) {
-        const int at = p.reverse ? steps_of(r) - 1 - t : t;
-        return p.first ? p.first[at] + b0 + r : (int64_t)at * B + b0 + r;
+        const int at = kLayer && p.reverse ? steps_of(r) - 1 - t : t;
+        return packed ? p.first[at] + b0 + r : (int64_t)at * B + b0 + r;
     };
     const int steps = steps_of(0);  // the block's: its first row's, the longest
     for (int t = 0; t < steps; ++t) {
@@ -176,17 +180,17 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
 #pragma unroll
             for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the backward reads them
                 const T stored = prl::store<T>(acc[i]);
-                if (p.gates) p.gates[row * G3 + i * S + s] = stored;
+                if (!kLayer) p.gates[row * G3 + i * S + s] = stored;
                 g[i] = prl::load(stored);
             }
             A h, c_new;
             prl::lltm_forward_math<T>(g[0], g[1], g[2], cell[r * S + s], h, c_new);
             const T h_stored = prl::store<T>(h), c_stored = prl::store<T>(c_new);
-            p.output[row * p.output_pitch + s] = h_stored;
-            if (p.cells) p.cells[row * S + s] = c_stored;
+            p.output[row * (kLayer ? p.output_pitch : S) + s] = h_stored;
+            if (!kLayer) p.cells[row * S + s] = c_stored;
             if (t == steps_of(r) - 1) {
                 if (p.c_n) p.c_n[(int64_t)(b0 + r) * S + s] = c_stored;
-                if (p.h_n) p.h_n[(int64_t)(b0 + r) * S + s] = h_stored;
+                if (kLayer) p.h_n[(int64_t)(b0 + r) * S + s] = h_stored;
             }
             cell[r * S + s] = prl::load(c_stored);  // the next step reads both as stored
             next[r * K1 + s] = prl::load(h_stored);
@@ -257,10 +261,10 @@ __global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs
 }
 
 // The kernels of a split of KQ lanes (Layout::split: 4, 2 or 1).
-template <typename T> const void *forward_kernel_of(int split) {
-    return split == 4   ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 4>)
-           : split == 2 ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 2>)
-                        : reinterpret_cast<const void *>(&fused_forward_kernel<T, 1>);
+template <typename T, bool kLayer> const void *forward_kernel_of(int split) {
+    return split == 4   ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 4, kLayer>)
+           : split == 2 ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 2, kLayer>)
+                        : reinterpret_cast<const void *>(&fused_forward_kernel<T, 1, kLayer>);
 }
 template <typename T> const void *backward_kernel_of(int split) {
     return split == 4   ? reinterpret_cast<const void *>(&fused_backward_kernel<T, 4>)
@@ -405,7 +409,11 @@ template <typename T> cudaError_t shared_memory_of(int device, int &smem_max) {
     }
     cudaError_t err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     for (int split = 1; split <= 4 && err == cudaSuccess; split *= 2) {
-        err = cudaFuncSetAttribute(forward_kernel_of<T>(split), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+        err = cudaFuncSetAttribute(forward_kernel_of<T, false>(split), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   smem_max);
+        if (err == cudaSuccess)
+            err = cudaFuncSetAttribute(forward_kernel_of<T, true>(split), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       smem_max);
         if (err == cudaSuccess)
             err = cudaFuncSetAttribute(backward_kernel_of<T>(split), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        smem_max);
@@ -480,12 +488,13 @@ prl_status check_saved(const char *fn, const void *output, const void *cells, co
     return prl::check_pointer(fn, "gates", gates, steps * batch * 3 * state);
 }
 
-template <typename T>
+// The forward kernel over `count` directions: a training forward's one, or a layer's (kLayer).
+template <typename T, bool kLayer>
 prl_status launch_forward(const char *fn, FusedDirections<T> directions, int count, int64_t batch, const Layout &l,
                           cudaStream_t s) {
     const dim3 blocks((unsigned)((batch + l.rows - 1) / l.rows), (unsigned)count);
     void *args[] = {&directions};
-    const cudaError_t err = cudaLaunchKernel(forward_kernel_of<T>(l.split), blocks, dim3(l.threads), args,
+    const cudaError_t err = cudaLaunchKernel(forward_kernel_of<T, kLayer>(l.split), blocks, dim3(l.threads), args,
                                              (size_t)l.forward_smem, s);
     return err == cudaSuccess ? PRL_SUCCESS : prl::cuda_fail(fn, "the kernel launch", err);
 }
@@ -543,7 +552,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         a.gates = static_cast<T *>(gates);
         a.c_n = static_cast<T *>(c_n);
         a.pitch = l.forward_pitch;
-        return launch_forward<T>(fn, FusedDirections<T>{{a, a}}, 1, batch, l, s);
+        return launch_forward<T, false>(fn, FusedDirections<T>{{a, a}}, 1, batch, l, s);
     });
     PRL_API_END
 }
@@ -663,7 +672,7 @@ extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
             a.lengths = lengths;
             a.pitch = l.forward_pitch;
         }
-        return launch_forward<T>(fn, run, (int)directions, batch, l, static_cast<cudaStream_t>(stream));
+        return launch_forward<T, true>(fn, run, (int)directions, batch, l, static_cast<cudaStream_t>(stream));
     });
     PRL_API_END
 }
