@@ -9,11 +9,13 @@ training mode.  Parameters are named as ``nn.LSTM`` names its own: ``weights_l{k
 A PackedSequence runs as one autograd node per layer and direction whose recurrence takes the
 pack's batch sizes (``_packed.py``), each sequence exactly its own steps.
 
-Where no gradient is wanted (inference) a padded batch runs the whole stack as one op,
-``pyroundlib::lltm_layers_inference``: no autograd node and one trip through the dispatcher
-for every layer and direction, and on CUDA, where the fused kernels run, each layer's
-directions in one launch that reads the sequence backwards for the reverse one and writes
-nn.LSTM's output layout, h_n and c_n in place (``prl_lltm_layer_fused_inference_cuda``).
+Where no gradient is wanted (inference) and the fused CUDA kernels take every layer (short
+sequences of small states), the whole stack is one op, ``pyroundlib::lltm_layers_inference``:
+one trip through the dispatcher, no autograd node, and each layer's directions in one launch
+that reads the sequence (or a pack's rows, each sequence its own steps) backwards for the
+reverse one and writes nn.LSTM's output layout, h_n and c_n in place
+(``prl_lltm_layer_fused_inference_cuda``).  0.28x the time of the layer-by-layer inference
+at (T, B, I, S) = (8, 32, 8, 64) padded, 0.36x packed (H100, benchmarks/NOTES.md).
 """
 from __future__ import annotations
 
@@ -84,16 +86,16 @@ def _all_fused(t: Tensor, steps: int, batch: int, features: int, state: int, dir
 def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h0: Optional[Tensor],
                      c0: Optional[Tensor], directions: int, first: Optional[Tensor] = None,
                      lengths: Optional[Tensor] = None):
-    """Every layer and direction's forward, no backward following: input [T, B, I] (T >= 1),
-    weights and bias in nn.LSTM's order, h0 and c0 [L*D, B, S] (None: zeros) -> (output
-    [T, B, D*S], h_n, c_n [L*D, B, S]).  A pack (``_packed.Pack``): input its rows [N, I], first
-    and lengths its ``first`` and ``lengths``; output [N, D*S], the states in its sorted order;
-    only where every layer takes the fused kernels."""
+    """Every layer and direction's forward, no backward following, where the fused CUDA
+    kernels take every layer: input [T, B, I] (T >= 1), weights and bias in nn.LSTM's order, h0
+    and c0 [L*D, B, S] (None: zeros) -> (output [T, B, D*S], h_n, c_n [L*D, B, S]).  A pack
+    (``_packed.Pack``): input its rows [N, I], first and lengths its ``first`` and ``lengths``;
+    output [N, D*S], the states in its sorted order."""
     _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths)
     steps, batch, features = input.shape if first is None else (len(first), len(lengths), input.shape[1])
     state = weights[0].shape[0] // 3
     layers = len(weights) // directions
-    if _all_fused(input, steps, batch, features, state, directions, layers):
+    if input.is_cuda and _all_fused(input, steps, batch, features, state, directions, layers):
         # every layer's directions in one launch, h_n and c_n written in place; the states'
         # rows [k*D, (k+1)*D) are layer k's, at a byte offset of its own
         x = input.contiguous()
@@ -112,25 +114,9 @@ def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h
                                     directions, steps, batch, x.shape[-1], state, DTYPE_CODES[x.dtype])
             x = output
         return x, h_n, c_n
-    if first is not None:
-        raise ValueError(f"a pack runs in lltm_layers_inference only where the fused CUDA kernels take every layer "
-                         f"(steps={steps}, batch={batch}, input_features={features}, state_size={state}, "
-                         f"{input.dtype} on {input.device}): run LLTMLayer on the PackedSequence")
-    # else each direction on its own route, the reverse one over the sequence flipped in time
-    x, h_n, c_n = input, [], []
-    if h0 is None:
-        h0 = c0 = input.new_zeros(len(weights), batch, state)  # only read
-    for k in range(layers):
-        outputs = []
-        for d in range(directions):
-            i = k * directions + d
-            output, c, *_ = sequence._forward_op(x.flip(0) if d else x, weights[i], bias[i], h0[i], c0[i],
-                                                 inference=True)
-            outputs.append(output.flip(0) if d else output)
-            h_n.append(output[-1])
-            c_n.append(c)
-        x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
-    return x, torch.stack(h_n), torch.stack(c_n)
+    raise ValueError(f"lltm_layers_inference runs where the fused CUDA kernels take every layer, not at steps={steps}, "
+                     f"batch={batch}, input_features={features}, state_size={state}, {input.dtype} on {input.device} "
+                     f"(LLTMLayer runs such a stack layer by layer)")
 
 
 def _stack_fake(input, weights, bias, h0, c0, directions, first=None, lengths=None):
@@ -299,9 +285,8 @@ class LLTMLayer(torch.nn.Module):
         directions = 2 if self.bidirectional else 1
         if x.shape[0] and DIRECT_WITHOUT_GRAD and not (self.dropout > 0 and self.training and self.num_layers > 1) \
                 and no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ())):
-            if pack is None:
-                return self._stack_inference(x, state)
-            if x.is_cuda and _all_fused(x, pack.steps, pack.batch, self.input_features, self.state_size, directions,
+            steps, batch = (x.shape[0], x.shape[1]) if pack is None else (pack.steps, pack.batch)
+            if x.is_cuda and _all_fused(x, steps, batch, self.input_features, self.state_size, directions,
                                         self.num_layers):
                 return self._stack_inference(x, state, pack)
         h_n, c_n = [], []

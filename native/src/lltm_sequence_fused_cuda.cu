@@ -120,12 +120,9 @@ template <int KQ, typename A> __device__ __forceinline__ A lanes_sum(A v) {
 // KQ: the lanes of an output (Layout::split).  A block's threads take the flat index e = (r * S +
 // s) * KQ + q of (row, column, lane) up to whole warps (every lane of a warp takes part in the
 // shuffles; those past the block's rows compute row rows - 1 and keep nothing).  kLayer: a
-// layer's inference (blockIdx.y its direction; FusedArgs), compiled apart from the training
-// forward, whose steps it would lengthen (1.12-1.24x the kernel time in bfloat16, H100).
-template <typename T, int KQ, bool kLayer>
-__global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirections<T> directions) {
+// layer's inference (FusedArgs), compiled apart from the training forward (its kernel below).
+template <typename T, int KQ, bool kLayer> __device__ __forceinline__ void fused_forward(const FusedArgs<T> &p) {
     using A = prl::acc_t<T>;
-    const FusedArgs<T> &p = directions.d[kLayer ? blockIdx.y : 0];
     const int S = p.state, I = p.features, K1 = S + I + 1, G3 = 3 * S, P = p.pitch, B = p.batch;
     const int b0 = blockIdx.x * p.rows, rows = min(p.rows, B - b0), work = (rows * S * KQ + 31) / 32 * 32;
     extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -158,12 +155,12 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
         A *cur = xh + (t & 1) * p.rows * K1, *next = xh + ((t + 1) & 1) * p.rows * K1;
         for (int e = threadIdx.x; e < rows * I; e += blockDim.x) {
             const int r = e / I, i = e - r * I;
-            if (t < steps_of(r)) cur[r * K1 + S + i] = prl::load(p.x[row_at(r, t) * I + i]);
+            if (!kLayer || t < steps_of(r)) cur[r * K1 + S + i] = prl::load(p.x[row_at(r, t) * I + i]);
         }
         __syncthreads();  // x_t staged, and h_{t-1} written by every thread of step t - 1
         for (int e = threadIdx.x; e < work; e += blockDim.x) {
             const int q = e % KQ, rs = min(e / KQ, rows * S - 1), r = rs / S, s = rs - r * S;
-            const bool keeps = q == 0 && e / KQ < rows * S && t < steps_of(r);  // a row past its steps stays
+            const bool keeps = q == 0 && e / KQ < rows * S && (!kLayer || t < steps_of(r));  // past its steps: no
             const A *a = cur + r * K1;
             A acc[3] = {A(0), A(0), A(0)};
             for (int k = q; k < K1; k += KQ) {
@@ -196,6 +193,16 @@ __global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedDirec
             next[r * K1 + s] = prl::load(h_stored);
         }
     }
+}
+
+// The training forward, and a layer's inference: blockIdx.y its direction.
+template <typename T, int KQ>
+__global__ void __launch_bounds__(kFusedThreads) fused_forward_kernel(FusedArgs<T> p) {
+    fused_forward<T, KQ, false>(p);
+}
+template <typename T, int KQ>
+__global__ void __launch_bounds__(kFusedThreads) fused_layer_forward_kernel(FusedDirections<T> directions) {
+    fused_forward<T, KQ, true>(directions.d[blockIdx.y]);
 }
 
 template <typename T, int KQ>
@@ -262,9 +269,13 @@ __global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs
 
 // The kernels of a split of KQ lanes (Layout::split: 4, 2 or 1).
 template <typename T, bool kLayer> const void *forward_kernel_of(int split) {
-    return split == 4   ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 4, kLayer>)
-           : split == 2 ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 2, kLayer>)
-                        : reinterpret_cast<const void *>(&fused_forward_kernel<T, 1, kLayer>);
+    if (kLayer)
+        return split == 4   ? reinterpret_cast<const void *>(&fused_layer_forward_kernel<T, 4>)
+               : split == 2 ? reinterpret_cast<const void *>(&fused_layer_forward_kernel<T, 2>)
+                            : reinterpret_cast<const void *>(&fused_layer_forward_kernel<T, 1>);
+    return split == 4   ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 4>)
+           : split == 2 ? reinterpret_cast<const void *>(&fused_forward_kernel<T, 2>)
+                        : reinterpret_cast<const void *>(&fused_forward_kernel<T, 1>);
 }
 template <typename T> const void *backward_kernel_of(int split) {
     return split == 4   ? reinterpret_cast<const void *>(&fused_backward_kernel<T, 4>)
@@ -488,12 +499,12 @@ prl_status check_saved(const char *fn, const void *output, const void *cells, co
     return prl::check_pointer(fn, "gates", gates, steps * batch * 3 * state);
 }
 
-// The forward kernel over `count` directions: a training forward's one, or a layer's (kLayer).
-template <typename T, bool kLayer>
-prl_status launch_forward(const char *fn, FusedDirections<T> directions, int count, int64_t batch, const Layout &l,
-                          cudaStream_t s) {
+// The forward kernel over `count` directions: a training forward's one (FusedArgs), or a
+// layer's (kLayer: FusedDirections).
+template <typename T, bool kLayer, typename Args>
+prl_status launch_forward(const char *fn, Args params, int count, int64_t batch, const Layout &l, cudaStream_t s) {
     const dim3 blocks((unsigned)((batch + l.rows - 1) / l.rows), (unsigned)count);
-    void *args[] = {&directions};
+    void *args[] = {&params};
     const cudaError_t err = cudaLaunchKernel(forward_kernel_of<T, kLayer>(l.split), blocks, dim3(l.threads), args,
                                              (size_t)l.forward_smem, s);
     return err == cudaSuccess ? PRL_SUCCESS : prl::cuda_fail(fn, "the kernel launch", err);
@@ -552,7 +563,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         a.gates = static_cast<T *>(gates);
         a.c_n = static_cast<T *>(c_n);
         a.pitch = l.forward_pitch;
-        return launch_forward<T, false>(fn, FusedDirections<T>{{a, a}}, 1, batch, l, s);
+        return launch_forward<T, false>(fn, a, 1, batch, l, s);
     });
     PRL_API_END
 }
