@@ -25,6 +25,7 @@ recurrence written in torch ops (``_differentiable``) instead.
 from __future__ import annotations
 
 import functools
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -42,25 +43,30 @@ _upload_kernel = Kernel("upload", cpu=False)
 
 class Pack:
     """A sorted pack's step sizes and the row indices of its data that its layers share, on the
-    data's device (each formed on first use: inference needs no ``previous``, one direction no
-    ``reverse``)."""
+    data's device.  What every call needs is formed on the host from the sizes and reaches the
+    device in one upload (``sizes``; ``first``, the row of each step's first sequence;
+    ``lengths``, each sequence's steps; ``last``, each sequence's last row); the rest on first
+    use (inference needs no ``previous``, one direction no ``reverse``)."""
 
     def __init__(self, batch_sizes: Tensor, device: torch.device):
-        host = batch_sizes.to("cpu", torch.int64).contiguous()  # the library reads it on the host
-        self.host_sizes = host.tolist()
-        if any(b > a for a, b in zip(self.host_sizes, self.host_sizes[1:])) or min(self.host_sizes, default=1) < 1:
-            raise ValueError(f"batch_sizes must not grow and stay >= 1 (a PackedSequence's), got {self.host_sizes}")
-        self.steps, self.rows = len(host), sum(self.host_sizes)
-        self.batch = self.host_sizes[0] if self.steps else 0
-        self.sizes = host  # what the library reads, on the data's device
+        sizes = self.host_sizes = batch_sizes.to("cpu", torch.int64).tolist()
+        if any(b > a for a, b in zip(sizes, sizes[1:])) or min(sizes, default=1) < 1:
+            raise ValueError(f"batch_sizes must not grow and stay >= 1 (a PackedSequence's), got {sizes}")
+        self.steps, self.rows = len(sizes), sum(sizes)
+        self.batch = sizes[0] if self.steps else 0
+        first = list(itertools.accumulate(sizes[:-1], initial=0)) if self.steps else []
+        ends = [0] * (self.batch + 1)  # ends[b]: how many steps end at sequence b's count of rows
+        for size in sizes:
+            ends[size - 1] += 1
+        lengths = list(itertools.accumulate(reversed(ends[:self.batch])))[::-1]  # steps with more than b rows
+        last = [first[n - 1] + b for b, n in enumerate(lengths)]
+        table = torch.tensor(sizes + first + lengths + last, dtype=torch.int64)  # what the library reads
         if device.type == "cuda":
-            self.sizes = torch.empty(self.steps, dtype=torch.int64, device=device)
-            if self.steps:
-                _upload_kernel(self.sizes, self.sizes.data_ptr(), host.data_ptr(), self.steps)
+            host, table = table, torch.empty(len(table), dtype=torch.int64, device=device)
+            if len(table):
+                _upload_kernel(table, table.data_ptr(), host.data_ptr(), len(table))
+        self.sizes, self.first, self.lengths, self.last = table.split([self.steps] * 2 + [self.batch] * 2)
         self._arange = functools.partial(torch.arange, device=device)
-        self.first = torch.cumsum(self.sizes, 0) - self.sizes  # row of each step's first sequence
-        self.lengths = (self.sizes.unsqueeze(0) > self._arange(self.batch).unsqueeze(1)).sum(1)
-        self.last = self.first[self.lengths - 1] + self._arange(self.batch)  # each sequence's last row
 
     @functools.cached_property
     def _rows(self):
