@@ -437,6 +437,13 @@ def test_stacked_on_the_second_gpu(monkeypatch, route, packed):
     stream.wait_stream(torch.cuda.current_stream("cuda:1"))
     with torch.cuda.stream(stream):
         check_stacked(*stacked_case("cuda:1", packed=packed))
+        layer, x, state, _ = stacked_case("cuda:1", packed=packed)
+        want = flat(layer(x, state))  # then inference: on the fused route, the stack op
+        with torch.inference_mode():
+            got = flat(layer(x, state))
+    torch.cuda.current_stream("cuda:1").wait_stream(stream)
+    torch.testing.assert_close([t.data if packed and i == 0 else t for i, t in enumerate(got)],
+                               [t.data if packed and i == 0 else t for i, t in enumerate(want)])
     assert torch.cuda.current_device() == 0
 
 
