@@ -730,6 +730,47 @@ def test_opcheck_inference_stack(device):
         torch.library.opcheck(run.default, (x, weights, bias, *state, 2))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_layers,bidirectional", [(1, False), (1, True), (3, False), (3, True)])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_packed_inference_against_reference(monkeypatch, device, num_layers, bidirectional, enforce_sorted, dtype):
+    """A pack under inference_mode, each sequence exactly its own steps (on CUDA the whole stack
+    as one op, the fused kernels reading the pack's rows; the reverse direction from each
+    sequence's own last step), against each sequence run alone by the reference in float64:
+    the output rows, h_n and c_n in the batch's own order, with and without a state; every
+    output element written."""
+    rnn = torch.nn.utils.rnn
+    calls = counting_stack_calls(monkeypatch)
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bidirectional=bidirectional, device=device,
+                                 dtype=dtype)
+    ref = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bidirectional=bidirectional, dtype=torch.float64)
+    ref.load_state_dict({k: v.cpu().double() for k, v in layer.state_dict().items()})
+    lengths = [7, 7, 5, 3, 3, 1] if enforce_sorted else [3, 7, 1, 5, 7, 3]
+    layers = num_layers * (2 if bidirectional else 1)
+    x = torch.randn(max(lengths), len(lengths), I, device=device, dtype=dtype)
+    state = [torch.randn(layers, len(lengths), S, device=device, dtype=dtype) for _ in range(2)]
+    packed = rnn.pack_padded_sequence(x, lengths, enforce_sorted=enforce_sorted)
+    for given in (state, None):
+        poison_cuda_memory(device)
+        with torch.inference_mode():
+            output, (h, c) = layer(packed, given)
+        assert torch.equal(output.batch_sizes, packed.batch_sizes)
+        padded, _ = rnn.pad_packed_sequence(output)
+        want = packed_reference(ref, x.cpu().double(), lengths, None if given is None else
+                                [t.cpu().double() for t in given])
+        for g, w in zip((output.data, h, c), (rnn.pack_padded_sequence(want[0], lengths,
+                                                                       enforce_sorted=enforce_sorted).data, *want[1:])):
+            assert not torch.isnan(g).any(), "elements not written"
+            g = g.cpu().double()
+            if dtype == torch.bfloat16:
+                assert (g - w).norm() <= 0.05 * w.norm() + 1e-2
+            else:
+                torch.testing.assert_close(g, w, **TOLERANCES[dtype])
+    assert len(calls) == (2 if device == "cuda" else 0)
+
+
 @requires_cuda
 def test_opcheck_inference_stack_on_a_pack():
     rnn = torch.nn.utils.rnn
@@ -742,3 +783,37 @@ def test_opcheck_inference_stack_on_a_pack():
     torch.library.opcheck(torch.ops.pyroundlib.lltm_layers_inference.default, args)
     with pytest.raises(ValueError, match="lengths must be a 1-D int64 tensor"):
         torch.ops.pyroundlib.lltm_layers_inference(*args[:-1], pack.lengths.int())
+
+
+@requires_cuda
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_inference_stack_in_a_users_cuda_graph(packed):
+    """The stack op captured into the caller's CUDA graph (a pack's table uploaded in the
+    capture) and replayed on new data in the captured input: against the layer-by-layer
+    training forward on the same data."""
+    layer, x, state, _ = stacked_case("cuda", packed=packed)
+    static = x.data if packed else x
+    with torch.inference_mode():
+        graph, result = capture_after_warm_up(lambda: layer(x, state))
+    for _ in range(2):
+        static.copy_(torch.randn_like(static))
+        graph.replay()
+        got = [t.data if packed and i == 0 else t for i, t in enumerate(flat(result))]
+        want = [t.data if packed and i == 0 else t for i, t in enumerate(flat(layer(x, state)))]
+        torch.testing.assert_close(got, [t.detach() for t in want])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inference_under_autocast(monkeypatch, device):
+    """Autocast casts the stack's input, parameters and state as it does each direction's."""
+    calls = counting_stack_calls(monkeypatch)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device)
+    x = torch.randn(T, B, I, device=device)
+    state = [torch.randn(4, B, S, device=device) for _ in range(2)]
+    with torch.inference_mode(), torch.autocast(device, dtype=torch.bfloat16):
+        got = layer(x, state)
+    assert all(t.dtype == torch.bfloat16 for t in flat(got))
+    want = flat(reference(layer.double().cpu(), x.double().cpu(), [t.double().cpu() for t in state]))
+    for g, w in zip(flat(got), want):
+        assert (g.double().cpu() - w).norm() <= 0.05 * w.norm() + 1e-2
+    assert len(calls) == (device == "cuda")
