@@ -31,7 +31,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import sequence
 from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
-                      check_tensor, define_op, no_gradient_wanted)
+                      check_tensor, define_op, exporting, has_tangent, no_gradient_wanted)
 from ._packed import Pack, packed_direction
 from .sequence import lltm_sequence
 
@@ -77,9 +77,10 @@ def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, leng
             check_shape(name, t, shape, meaning)
 
 
-def _all_fused(t: Tensor, steps: int, batch: int, features: int, state: int, directions: int, layers: int) -> bool:
-    """Whether every layer's inference takes the fused kernels (sequence._route)."""
-    return all(sequence._route(t, steps, batch, features if k == 0 else directions * state, state, inference=True)
+def _all_fused(t: Tensor, steps: int, batch: int, features: int, state: int, directions: int, layers: int,
+               inference: bool = True) -> bool:
+    """Whether every layer takes the fused kernels (sequence._route), in inference or training."""
+    return all(sequence._route(t, steps, batch, features if k == 0 else directions * state, state, inference=inference)
                is sequence.FUSED for k in range(layers))
 
 
@@ -149,6 +150,119 @@ def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions, first=N
 
 if DIRECT_WITHOUT_GRAD:
     torch.library.register_vmap("pyroundlib::lltm_layers_inference", _stack_vmap, lib=LIBRARY)
+
+
+# ---- training: the whole stack as one autograd node (LLTMStackFunction) -------------------------
+
+def _layer_by_layer(x: Tensor, h0: Tensor, c0: Tensor, params, directions: int):
+    """The stack through ``lltm_sequence``, one node per layer and direction (differentiable to
+    any order): params flat, (weights, bias) per layer and direction in nn.LSTM's order."""
+    h_n, c_n = [], []
+    for k in range(len(params) // (2 * directions)):
+        outputs = []
+        for d in range(directions):
+            i = k * directions + d
+            output, (h, c) = lltm_sequence(x.flip(0) if d else x, params[2 * i], params[2 * i + 1], (h0[i], c0[i]))
+            outputs.append(output.flip(0) if d else output)
+            h_n.append(h)
+            c_n.append(c)
+        x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
+    return x, torch.stack(h_n), torch.stack(c_n)
+
+
+class LLTMStackFunction(torch.autograd.Function):
+    """A padded stack's training as one autograd node, where the fused CUDA kernels take every
+    layer (``LLTMLayer`` picks it): each direction's forward and backward are the fused
+    kernels' calls of ``lltm_sequence``'s FUSED route (the reverse direction over the sequence
+    flipped in time), the same bits; one node and its own buffers instead of a node per
+    direction and the flips, concatenations and stacks between them (0.60-0.68x the time of a
+    2-layer bidirectional layer's fwd+bwd at (8, 32, 8, 64) on an H100, benchmarks/NOTES.md).
+
+    ``apply(x, h0, c0, directions, *params) -> (output, h_n, c_n, *saved)``: x [T, B, I], h0
+    and c0 [L*D, B, S], params (weights, bias) per layer and direction; ``saved`` are the
+    buffers the backward reads (each layer's input past the first, each direction's output,
+    cells and gates), not differentiable.  Double backward runs the layer-by-layer path."""
+
+    @staticmethod
+    def forward(x, h0, c0, directions, *params):
+        saved, h_n, c_n = [], [], []
+        for k in range(len(params) // (2 * directions)):
+            if k:
+                saved.append(x)
+            outputs = []
+            for d in range(directions):
+                i = k * directions + d
+                output, c, cells, gates = sequence._forward_whole(
+                    sequence._fused_forward_kernel, x.flip(0) if d else x, params[2 * i], params[2 * i + 1],
+                    h0[i], c0[i])
+                saved += [output, cells, gates]
+                outputs.append(output.flip(0) if d else output)
+                h_n.append(output[-1])
+                c_n.append(c)
+            # one direction: a copy, so that no tensor is both a result and a saved buffer
+            x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0].clone()
+        return (x, torch.stack(h_n), torch.stack(c_n), *saved)
+
+    @staticmethod
+    def setup_context(ctx, inputs, outputs) -> None:
+        x, h0, c0, ctx.directions, *params = inputs
+        ctx.mark_non_differentiable(*outputs[3:])
+        ctx.set_materialize_grads(False)
+        ctx.params = len(params)
+        ctx.save_for_backward(x, h0, c0, *params, *outputs[3:])
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_h_n, grad_c_n, *_):
+        x, h0, c0, *rest = ctx.saved_tensors
+        params, saved, directions = rest[:ctx.params], rest[ctx.params:], ctx.directions
+        needs = ctx.needs_input_grad[:3] + ctx.needs_input_grad[4:]
+        if torch.is_grad_enabled():  # a graph of the gradient: differentiate the layer-by-layer path
+            inputs = [x, h0, c0, *params]
+            wanted = [t for t, need in zip(inputs, needs) if need]
+            with torch.enable_grad():
+                results = _layer_by_layer(x, h0, c0, params, directions)
+            pairs = [(r, g) for r, g in zip(results, (grad_output, grad_h_n, grad_c_n)) if g is not None]
+            got = iter(torch.autograd.grad([r for r, _ in pairs], wanted, [g for _, g in pairs], create_graph=True,
+                                           allow_unused=True) if pairs and wanted else [None] * len(wanted))
+            return (*(next(got) if need else None for need in needs[:3]), None,
+                    *(next(got) if need else None for need in needs[3:]))
+        layers, state = len(params) // (2 * directions), h0.shape[-1]
+        grads, d_h0, d_c0 = [None] * len(params), [None] * len(h0), [None] * len(c0)
+        per_layer = 3 * directions + 1  # each layer's saved buffers: its input (past the first), then 3 a direction
+        for k in range(layers - 1, -1, -1):
+            first = k * per_layer - (1 if k else 0)
+            layer_input = saved[first] if k else x
+            if grad_output is None:
+                grad_output = layer_input.new_zeros(*layer_input.shape[:2], directions * state)
+            d_input = None
+            for d in range(directions):
+                i = k * directions + d
+                output, cells, gates = saved[first + (1 if k else 0) + 3 * d:][:3]
+                grad = grad_output[..., d * state:(d + 1) * state]
+                grad = (grad.flip(0) if d else grad).contiguous()  # a copy: h_n's gradient is added in place
+                if grad_h_n is not None:
+                    grad[-1] += grad_h_n[i]
+                d_x, grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = sequence._backward_fused(
+                    grad, None if grad_c_n is None else grad_c_n[i].contiguous(),
+                    layer_input.flip(0) if d else layer_input, params[2 * i], h0[i], c0[i], output, cells, gates)
+                d_x = d_x.flip(0) if d else d_x
+                d_input = d_x if d_input is None else d_input + d_x
+            grad_output = d_input
+        return (grad_output if needs[0] else None, torch.stack(d_h0) if needs[1] else None,
+                torch.stack(d_c0) if needs[2] else None, None,
+                *(g if need else None for g, need in zip(grads, needs[3:])))
+
+    @staticmethod
+    def vmap(info, in_dims, x, h0, c0, directions, *params):
+        """One stack per index of the vmapped dimension."""
+        def at(t, dim, i):
+            return t if dim is None else t.select(dim, i)
+
+        outs = [LLTMStackFunction.apply(at(x, in_dims[0], i), at(h0, in_dims[1], i), at(c0, in_dims[2], i),
+                                        directions, *(at(p, dim, i) for p, dim in zip(params, in_dims[4:])))
+                for i in range(info.batch_size)]
+        results = tuple(torch.stack(o) for o in zip(*outs))
+        return results, (0,) * len(results)
 
 
 class LLTMLayer(torch.nn.Module):
@@ -289,6 +403,14 @@ class LLTMLayer(torch.nn.Module):
             if x.is_cuda and _all_fused(x, steps, batch, self.input_features, self.state_size, directions,
                                         self.num_layers):
                 return self._stack_inference(x, state, pack)
+        elif pack is None and self.bidirectional and x.is_cuda and x.shape[0] \
+                and not (self.dropout > 0 and self.training and self.num_layers > 1) \
+                and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or exporting()) \
+                and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
+                               inference=False):
+            trained = self._stack_training(x, batch, state)
+            if trained is not None:
+                return trained
         h_n, c_n = [], []
         if state is None:  # zeros, shared by every layer and direction (each only reads them)
             zeros = (x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size))
@@ -314,6 +436,28 @@ class LLTMLayer(torch.nn.Module):
             if self.dropout > 0 and self.training and k < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
         return x, torch.stack(h_n), torch.stack(c_n)
+
+    def _stack_training(self, x: Tensor, batch: int, state):
+        """_layers in training on the fused route: one autograd node for the stack
+        (LLTMStackFunction); None where the arguments are not all of x's dtype and device, the
+        parameters not of their shapes, or a tangent is carried (the layer-by-layer path then
+        raises, naming the argument, or computes forward mode in torch ops)."""
+        shapes = self._parameter_shapes()
+        params = []
+        for suffix, width in shapes:
+            weights = getattr(self, f"weights{suffix}")
+            params += [weights, getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)]
+        if state is None:
+            state = (x.new_zeros(len(shapes), batch, self.state_size), x.new_zeros(len(shapes), batch, self.state_size))
+        x, h0, c0, *params = autocast_cast((x, *state, *params))
+        s = self.state_size
+        expected = [shape for _, width in shapes for shape in ((3 * s, s + width), (3 * s,))]
+        if not all(isinstance(t, Tensor) and t.dtype == x.dtype and t.device == x.device for t in (h0, c0, *params)) \
+                or any(p.shape != shape for p, shape in zip(params, expected)) or has_tangent((x, h0, c0, *params)):
+            return None
+        output, h_n, c_n, *_ = LLTMStackFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), 2,
+                                                       *(p.contiguous() for p in params))
+        return output, h_n, c_n
 
     def _stack_inference(self, x: Tensor, state, pack: Optional[Pack] = None):
         """_layers where no gradient is wanted: one op for the whole stack (above)."""

@@ -817,3 +817,94 @@ def test_inference_under_autocast(monkeypatch, device):
     for g, w in zip(flat(got), want):
         assert (g.double().cpu() - w).norm() <= 0.05 * w.norm() + 1e-2
     assert len(calls) == (device == "cuda")
+
+
+# ---- training: the whole stack as one autograd node (LLTMStackFunction) ----------------------
+
+def stack_case(device, directions=2, layers=2, dtype=torch.float64):
+    torch.manual_seed(0)
+    widths = [I] * directions + [directions * S] * (directions * (layers - 1))
+    params = [t.requires_grad_() for w in widths
+              for t in (torch.randn(3 * S, S + w, device=device, dtype=dtype) * 0.4,
+                        torch.randn(3 * S, device=device, dtype=dtype) * 0.4)]
+    x = torch.randn(T, B, I, device=device, dtype=dtype, requires_grad=True)
+    h0, c0 = (torch.randn(directions * layers, B, S, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    return x, h0, c0, params
+
+
+@pytest.fixture
+def stack_on_the_cpu_loop(monkeypatch):
+    """LLTMStackFunction's fused CUDA calls swapped for the CPU loop's calls of the same
+    arguments and results (sequence._forward_op / _backward_one_call): its bookkeeping (the
+    saved buffers, the flips, the gradients' order, double backward) tested without a GPU."""
+    monkeypatch.setattr(sequence, "_forward_whole", lambda kernel, *args: sequence._forward_op(*args))
+    monkeypatch.setattr(sequence, "_backward_fused", sequence._backward_one_call)
+
+
+@pytest.mark.parametrize("directions,layers", [(2, 2), (2, 1), (1, 3)])
+def test_stack_function_against_the_layer_by_layer_path(stack_on_the_cpu_loop, directions, layers):
+    x, h0, c0, params = stack_case("cpu", directions, layers)
+    inputs = [x, h0, c0, *params]
+    got = pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, directions, *params)[:3]
+    want = pyroundlib.layer._layer_by_layer(x, h0, c0, params, directions)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    weights = [torch.randn_like(t) for t in want]
+    for used in ((0, 1, 2), (0,), (1, 2)):  # every result's gradient, or some left unused (None)
+        grads = torch.autograd.grad(sum((got[i] * weights[i]).sum() for i in used), inputs, retain_graph=True)
+        ref = torch.autograd.grad(sum((want[i] * weights[i]).sum() for i in used), inputs, retain_graph=True)
+        torch.testing.assert_close(grads, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_stack_function_gradcheck_and_gradgradcheck(stack_on_the_cpu_loop):
+    x, h0, c0, params = stack_case("cpu", 2, 2)
+
+    def f(x, h0, c0, *params):
+        return pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, 2, *params)[:3]
+    torch.autograd.gradcheck(f, (x, h0, c0, *params))
+    torch.autograd.gradgradcheck(f, (x, h0, c0, *params))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_stack_function_on_cuda(monkeypatch, dtype):
+    """On CUDA a bidirectional layer's training on the fused route is one LLTMStackFunction
+    node: the same bits as the layer-by-layer path, outputs and every gradient."""
+    calls = []
+    apply = pyroundlib.layer.LLTMStackFunction.apply
+    monkeypatch.setattr(pyroundlib.layer.LLTMStackFunction, "apply", lambda *a: calls.append(1) or apply(*a))
+    for num_layers, bias, batch_first in ((2, True, False), (3, False, True)):
+        torch.manual_seed(0)
+        layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                                     bidirectional=True, device="cuda", dtype=dtype)
+        x = torch.randn(*((B, T, I) if batch_first else (T, B, I)), device="cuda", dtype=dtype, requires_grad=True)
+        state = [torch.randn(2 * num_layers, B, S, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2)]
+        inputs = [x, *layer.parameters(), *state]
+        for given in (state, None):
+            got = flat(layer(x, given))
+            with monkeypatch.context() as m:  # the layer-by-layer path: the same kernels, a node each
+                m.setattr(pyroundlib.layer, "_all_fused", lambda *a, **k: False)
+                want = flat(layer(x, given))
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            weights = [torch.randn_like(t) for t in got]
+            wanted = inputs if given is not None else inputs[:-2]
+            grads = torch.autograd.grad(sum((g * w).sum() for g, w in zip(got, weights)), wanted)
+            ref = torch.autograd.grad(sum((g * w).sum() for g, w in zip(want, weights)), wanted)
+            torch.testing.assert_close(grads, ref, rtol=0, atol=0)
+    assert len(calls) == 4
+
+
+@requires_cuda
+def test_stack_function_under_torch_func():
+    """torch.func.grad and vmap over a layer whose training takes LLTMStackFunction."""
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device="cuda", dtype=torch.float64)
+    params = dict(layer.named_parameters())
+    xs = torch.randn(3, T, B, I, device="cuda", dtype=torch.float64)
+
+    def loss(p, x):
+        output, (h, c) = torch.func.functional_call(layer, p, (x,))
+        return output.sum() + h.sum() + c.sum()
+    got = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, xs)
+    for i, x in enumerate(xs):
+        want = torch.autograd.grad(loss(params, x), list(params.values()))
+        for name, w in zip(params, want):
+            torch.testing.assert_close(got[name][i], w)
