@@ -92,7 +92,8 @@ def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h
     """Every layer and direction's forward, no backward following, where the fused CUDA
     kernels take every layer: input [T, B, I] (T >= 1), weights and bias in nn.LSTM's order, h0
     and c0 [L*D, B, S] (None: zeros) -> (output [T, B, D*S], h_n, c_n [L*D, B, S]).  A pack
-    (``_packed.Pack``): input its rows [N, I], first and lengths its ``first`` and ``lengths``;
+    (``_packed.Pack``): input its rows [N, I], first and lengths its ``first`` and ``lengths``
+    (their shapes are checked, their values, on the device, are the Pack's to get right);
     output [N, D*S], the states in its sorted order."""
     _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths)
     steps, batch, features = input.shape if first is None else (len(first), len(lengths), input.shape[1])
