@@ -55,10 +55,10 @@ class Pack:
         self.steps, self.rows = len(sizes), sum(sizes)
         self.batch = sizes[0] if self.steps else 0
         first = list(itertools.accumulate(sizes[:-1], initial=0)) if self.steps else []
-        ends = [0] * (self.batch + 1)  # ends[b]: how many steps end at sequence b's count of rows
+        ends = [0] * self.batch  # ends[b]: how many steps have exactly b + 1 rows
         for size in sizes:
             ends[size - 1] += 1
-        lengths = list(itertools.accumulate(reversed(ends[:self.batch])))[::-1]  # steps with more than b rows
+        lengths = list(itertools.accumulate(reversed(ends)))[::-1]  # how many steps have more than b rows
         last = [first[n - 1] + b for b, n in enumerate(lengths)]
         table = torch.tensor(sizes + first + lengths + last, dtype=torch.int64)  # what the library reads
         if device.type == "cuda":

@@ -21,6 +21,7 @@ training, a bidirectional padded stack on that route is one autograd node
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import warnings
@@ -157,19 +158,32 @@ if DIRECT_WITHOUT_GRAD:
 
 # ---- training: the whole stack as one autograd node (LLTMStackFunction) -------------------------
 
-def _layer_by_layer(x: Tensor, h0: Tensor, c0: Tensor, params, directions: int):
-    """The stack through ``lltm_sequence``, one node per layer and direction (differentiable to
-    any order): params flat, (weights, bias) per layer and direction in nn.LSTM's order."""
+def _padded_direction(x: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, reverse: bool):
+    """One direction over a padded batch, one ``lltm_sequence`` node: (output, h_n, c_n); the
+    reverse direction runs the batch flipped in time, and its output is flipped back."""
+    output, (h, c) = lltm_sequence(x.flip(0) if reverse else x, weights, bias, (h0, c0))
+    return (output.flip(0) if reverse else output), h, c
+
+
+def _layer_by_layer(x: Tensor, h0, c0, params, directions: int, direction=_padded_direction, between=None):
+    """The stack one layer and direction at a time, each a node of its own (differentiable to
+    any order): params [(weights, bias)] and h0[i], c0[i] of each layer and direction in
+    nn.LSTM's order; ``direction(x, weights, bias, h0, c0, reverse) -> (output, h, c)`` (a
+    padded batch's, or a pack's); ``between(x)`` after every layer but the last (dropout).
+    -> (output, h_n, c_n)."""
     h_n, c_n = [], []
-    for k in range(len(params) // (2 * directions)):
+    layers = len(params) // directions
+    for k in range(layers):
         outputs = []
         for d in range(directions):
             i = k * directions + d
-            output, (h, c) = lltm_sequence(x.flip(0) if d else x, params[2 * i], params[2 * i + 1], (h0[i], c0[i]))
-            outputs.append(output.flip(0) if d else output)
+            output, h, c = direction(x, *params[i], h0[i], c0[i], reverse=bool(d))
+            outputs.append(output)
             h_n.append(h)
             c_n.append(c)
         x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
+        if between is not None and k < layers - 1:
+            x = between(x)
     return x, torch.stack(h_n), torch.stack(c_n)
 
 
@@ -178,8 +192,8 @@ class LLTMStackFunction(torch.autograd.Function):
     layer (``LLTMLayer`` picks it): each direction's forward and backward are the fused
     kernels' calls of ``lltm_sequence``'s FUSED route (the reverse direction over the sequence
     flipped in time), the same bits; one node and its own buffers instead of a node per
-    direction and the flips, concatenations and stacks between them (0.60-0.68x the time of a
-    2-layer bidirectional layer's fwd+bwd at (8, 32, 8, 64) on an H100, benchmarks/NOTES.md).
+    direction and the flips, concatenations and stacks between them (0.72-0.80x the time of a
+    2-layer bidirectional layer's fwd+bwd at small sizes on an H100, benchmarks/NOTES.md).
 
     ``apply(x, h0, c0, directions, *params) -> (output, h_n, c_n, *saved)``: x [T, B, I], h0
     and c0 [L*D, B, S], params (weights, bias) per layer and direction; ``saved`` are the
@@ -223,7 +237,7 @@ class LLTMStackFunction(torch.autograd.Function):
             inputs = [x, h0, c0, *params]
             wanted = [t for t, need in zip(inputs, needs) if need]
             with torch.enable_grad():
-                results = _layer_by_layer(x, h0, c0, params, directions)
+                results = _layer_by_layer(x, h0, c0, list(zip(params[::2], params[1::2])), directions)
             pairs = [(r, g) for r, g in zip(results, (grad_output, grad_h_n, grad_c_n)) if g is not None]
             got = iter(torch.autograd.grad([r for r, _ in pairs], wanted, [g for _, g in pairs], create_graph=True,
                                            allow_unused=True) if pairs and wanted else [None] * len(wanted))
@@ -241,8 +255,8 @@ class LLTMStackFunction(torch.autograd.Function):
             for d in range(directions):
                 i = k * directions + d
                 output, cells, gates = saved[first + (1 if k else 0) + 3 * d:][:3]
-                grad = grad_output[..., d * state:(d + 1) * state]
-                grad = (grad.flip(0) if d else grad).contiguous()  # a copy: h_n's gradient is added in place
+                grad = grad_output[..., d * state:(d + 1) * state]  # copied: h_n's gradient is added in place
+                grad = grad.flip(0) if d else grad.clone(memory_format=torch.contiguous_format)
                 if grad_h_n is not None:
                     grad[-1] += grad_h_n[i]
                 d_x, grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = sequence._backward_fused(
@@ -414,31 +428,23 @@ class LLTMLayer(torch.nn.Module):
             trained = self._stack_training(x, batch, state)
             if trained is not None:
                 return trained
-        h_n, c_n = [], []
+        layers = self.num_layers * directions
         if state is None:  # zeros, shared by every layer and direction (each only reads them)
-            zeros = (x.new_zeros(batch, self.state_size), x.new_zeros(batch, self.state_size))
-        for k in range(self.num_layers):
-            outputs = []
-            for d in range(directions):
-                suffix = f"_l{k}{'_reverse' if d else ''}"
-                weights = getattr(self, f"weights{suffix}")
-                bias = getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)
-                if state is None:
-                    h0, c0 = zeros
-                else:
-                    h0, c0 = state[0][k * directions + d], state[1][k * directions + d]
-                if pack is not None:
-                    output, h, c = packed_direction(x, pack, weights, bias, h0, c0, reverse=bool(d))
-                else:  # the reverse direction: the batch flipped in time, and its output flipped back
-                    output, (h, c) = lltm_sequence(x.flip(0) if d else x, weights, bias, (h0, c0))
-                    output = output.flip(0) if d else output
-                outputs.append(output)
-                h_n.append(h)
-                c_n.append(c)
-            x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
-            if self.dropout > 0 and self.training and k < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, training=True)
-        return x, torch.stack(h_n), torch.stack(c_n)
+            state = ([x.new_zeros(batch, self.state_size)] * layers, [x.new_zeros(batch, self.state_size)] * layers)
+        direction = _padded_direction if pack is None else \
+            (lambda data, *args, reverse: packed_direction(data, pack, *args, reverse=reverse))
+        between = functools.partial(F.dropout, p=self.dropout, training=True) \
+            if self.dropout > 0 and self.training else None
+        return _layer_by_layer(x, *state, self._direction_parameters(), directions, direction, between)
+
+    def _direction_parameters(self) -> List[Tuple[Tensor, Tensor]]:
+        """(weights, bias) of each layer and direction in nn.LSTM's order (zeros with bias=False)."""
+        params = []
+        for suffix, _ in self._parameter_shapes():
+            weights = getattr(self, f"weights{suffix}")
+            params.append((weights, getattr(self, f"bias{suffix}") if self.has_bias
+                           else weights.new_zeros(3 * self.state_size)))
+        return params
 
     def _stack_training(self, x: Tensor, batch: int, state):
         """_layers in training on the fused route: one autograd node for the stack
@@ -446,10 +452,7 @@ class LLTMLayer(torch.nn.Module):
         parameters not of their shapes, or a tangent is carried (the layer-by-layer path then
         raises, naming the argument, or computes forward mode in torch ops)."""
         shapes = self._parameter_shapes()
-        params = []
-        for suffix, width in shapes:
-            weights = getattr(self, f"weights{suffix}")
-            params += [weights, getattr(self, f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)]
+        params = [t for pair in self._direction_parameters() for t in pair]
         if state is None:
             state = (x.new_zeros(len(shapes), batch, self.state_size), x.new_zeros(len(shapes), batch, self.state_size))
         x, h0, c0, *params = autocast_cast((x, *state, *params))
@@ -464,15 +467,10 @@ class LLTMLayer(torch.nn.Module):
 
     def _stack_inference(self, x: Tensor, state, pack: Optional[Pack] = None):
         """_layers where no gradient is wanted: one op for the whole stack (above)."""
-        names = [suffix for suffix, _ in self._parameter_shapes()]
-        weights = [getattr(self, f"weights{suffix}") for suffix in names]
-        layers = len(names)
+        weights, bias = zip(*self._direction_parameters())
         x, *weights = autocast_cast((x, *weights))
+        bias = list(autocast_cast(bias))
         h0, c0 = (None, None) if state is None else autocast_cast(tuple(state))
-        if self.has_bias:
-            bias = list(autocast_cast(tuple(getattr(self, f"bias{suffix}") for suffix in names)))
-        else:
-            bias = [x.new_zeros(3 * self.state_size)] * layers
         return torch.ops.pyroundlib.lltm_layers_inference.default(
             x, weights, bias, h0, c0, 2 if self.bidirectional else 1, *(() if pack is None else (pack.first, pack.lengths)))
 

@@ -846,7 +846,7 @@ def test_stack_function_against_the_layer_by_layer_path(stack_on_the_cpu_loop, d
     x, h0, c0, params = stack_case("cpu", directions, layers)
     inputs = [x, h0, c0, *params]
     got = pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, directions, *params)[:3]
-    want = pyroundlib.layer._layer_by_layer(x, h0, c0, params, directions)
+    want = pyroundlib.layer._layer_by_layer(x, h0, c0, list(zip(params[::2], params[1::2])), directions)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     weights = [torch.randn_like(t) for t in want]
     for used in ((0, 1, 2), (0,), (1, 2)):  # every result's gradient, or some left unused (None)
