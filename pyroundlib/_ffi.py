@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 9  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 10  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -67,6 +67,8 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     #                                             grad_output grad_c_n gates w_h ldw c0 cells d_gates d_h0 d_c0
     #                                             steps batch state dtype [device stream]
     ("prl_lltm_sequence_backward_cpu",  STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
+    #                                             input weights bias gates rows features state dtype
+    ("prl_lltm_input_half_cpu",         STATUS, (_P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     #                                             the same with batch_sizes (an int64 array) before steps
     ("prl_lltm_sequence_packed_forward_cpu",  STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     ("prl_lltm_sequence_packed_backward_cpu", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64,

@@ -107,7 +107,7 @@ def _forward(data, weights, bias, h0, c0, pack):
     """One direction's forward over the pack: (output, h_n, c_n, cells, gates, whether in one call)."""
     data, weights, bias, h0, c0 = (t.contiguous() for t in (data, weights, bias, h0, c0))
     state, features = h0.shape[1], data.shape[1]
-    gates = F.linear(data, weights[:, state:], bias)  # the input half of every row
+    gates = sequence.input_half(data, weights, bias, state)  # the input half of every row
     output, cells, c_n = data.new_empty(len(data), state), data.new_empty(len(data), state), torch.empty_like(c0)
     one_call = sequence._packed_in_one_call(data, pack.batch, state)
     if one_call:

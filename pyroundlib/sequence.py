@@ -97,6 +97,11 @@ _TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
 # 512), (1000, 64, 256, 256), (300, 64, 128, 128) (inference; H100, 2026-11-26, in one run),
 # and below it the GEMM's host time shows ((50, 1, 64, 64): 1.35x).
 INPUT_HALF_BY_TORCH_FROM = 1 << 20
+# On the CPU an input half of fewer multiply-adds than this is the library's product on the
+# calling thread, not a torch GEMM (input_half): twice the work the library gives one thread
+# of a split (kMinPartWork, native/src/lltm_sequence_cpu.cpp), so a BLAS would not split it
+# either, or should not.
+INPUT_HALF_IN_LIBRARY_BELOW = 1 << 19
 
 
 def _route(t: Tensor, steps: int, batch: int, features: int, state: int, inference: bool = False) -> str:
@@ -154,6 +159,7 @@ _sequence_forward_kernel = Kernel("lltm_sequence_forward")
 _sequence_backward_kernel = Kernel("lltm_sequence_backward")
 _persistent_forward_kernel = Kernel("lltm_sequence_persistent_forward", cpu=False)
 _backward_parts_kernel = Kernel("lltm_backward_parts")
+_input_half_kernel = Kernel("lltm_input_half", cuda=False)
 _fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
 _fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
 
@@ -194,6 +200,23 @@ def _input_half(input: Tensor, weights: Tensor, bias: Tensor, gates: Tensor) -> 
                 out=gates.view(steps * batch, gates.shape[2]))
 
 
+def input_half(input: Tensor, weights: Tensor, bias: Tensor, state: int) -> Tensor:
+    """x @ W_x^T + b over input's last dimension, W_x = weights[:, state:], for the library's
+    sequence loops: one torch GEMM, but on the CPU below INPUT_HALF_IN_LIBRARY_BELOW
+    multiply-adds the library's product on the calling thread (prl_lltm_input_half_cpu).
+    There a BLAS's threads cannot pay, and MKL ran some such shapes on a smaller team than
+    torch's: libgomp ends the surplus threads, the loop's next parallel region starts them
+    again (10-12 thread starts a call on a 16-core Xeon: benchmarks/NOTES.md)."""
+    rows = input.numel() // input.shape[-1] if input.shape[-1] else 0
+    if not input.is_cpu or rows * input.shape[-1] * 3 * state >= INPUT_HALF_IN_LIBRARY_BELOW:
+        return F.linear(input, weights[:, state:], bias)
+    input, weights, bias = input.contiguous(), weights.contiguous(), bias.contiguous()
+    gates = input.new_empty(*input.shape[:-1], 3 * state)
+    _input_half_kernel(input, input.data_ptr(), weights.data_ptr(), bias.data_ptr(), gates.data_ptr(), rows,
+                       input.shape[-1], state, DTYPE_CODES[input.dtype])
+    return gates
+
+
 def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, output: Tensor,
                   c_n: Tensor, cells: Tensor, gates: Tensor) -> None:
     """Fills gates [T, B, 3S], output (new_h of each step), cells (new_cell) [T, B, S] and
@@ -221,7 +244,7 @@ def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, 
         return _forward_whole(_persistent_forward_kernel, input, weights, bias, h0, c0)
     steps, batch, features = input.shape
     state = h0.shape[1]
-    gates = F.linear(input, weights[:, state:], bias)  # the input half of every step (fewer host ops than out=)
+    gates = input_half(input, weights, bias, state)
     output, cells, c_n = input.new_empty(steps, batch, state), input.new_empty(steps, batch, state), torch.empty_like(c0)
     _sequence_forward_kernel(input, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
                              c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), steps, batch, state,

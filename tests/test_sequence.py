@@ -969,6 +969,39 @@ def test_cpu_route_by_default(monkeypatch):
     assert sequence._route(torch.empty(1), 8, 32, 8, 64) == sequence.STEPS
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_cpu_input_half(monkeypatch, dtype):
+    """The CPU loops' input half x @ W_x^T + b: the library's product below
+    INPUT_HALF_IN_LIBRARY_BELOW multiply-adds (prl_lltm_input_half_cpu, every element written:
+    the buffer starts as NaN), a torch GEMM from there on; both against float64 sums of the
+    same stored inputs, with a bias and with none (the C function's NULL)."""
+    calls = []
+    kernel = sequence._input_half_kernel
+    monkeypatch.setattr(sequence, "_input_half_kernel", lambda t, *args: (calls.append(args), kernel(t, *args)))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *shape: torch.full(shape, float("nan"), dtype=t.dtype))
+    gen = torch.Generator().manual_seed(5)
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    for shape, state, in_library in [((190, 8), 64, True), ((3, 7, 5), 4, True), ((1, 1), 1, True),
+                                     ((48, 64), 64, False)]:  # 48 * 64 * 192 >= 2^19
+        x = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+        w = torch.randn(3 * state, state + shape[-1], generator=gen, dtype=torch.float64).to(dtype)
+        b = torch.randn(3 * state, generator=gen, dtype=torch.float64).to(dtype)
+        calls.clear()
+        got = sequence.input_half(x, w, b, state)
+        want = x.double() @ w.double()[:, state:].t() + b.double()
+        assert (len(calls) == 1) == in_library, shape
+        assert got.dtype == dtype and got.shape == want.shape and not got.isnan().any()
+        assert torch.allclose(got.double(), want, rtol=tol, atol=tol), (shape, (got.double() - want).abs().max())
+    lib = pyroundlib._ffi.library()
+    gates = torch.full((190, 192), float("nan"), dtype=dtype)
+    x, w = torch.randn(190, 8, dtype=dtype), torch.randn(192, 72, dtype=dtype)
+    lib.prl_lltm_input_half_cpu(x.data_ptr(), w.data_ptr(), None, gates.data_ptr(), 190, 8, 64,
+                                pyroundlib._common.DTYPE_CODES[dtype])
+    assert torch.allclose(gates.double(), x.double() @ w.double()[:, 64:].t(), rtol=tol, atol=tol)
+    with pytest.raises(pyroundlib.InvalidArgumentError, match="'rows'"):
+        lib.prl_lltm_input_half_cpu(x.data_ptr(), w.data_ptr(), None, gates.data_ptr(), -1, 8, 64, 0)
+
+
 @requires_cuda
 def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     """Where the weights do not fit on chip the route is the step-by-step one, and the C

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 9
+#define PRL_ABI_VERSION 10
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -225,6 +225,14 @@ PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_output, const
                                                   const void *c0, const void *cells,
                                                   void *d_gates, void *d_h0, void *d_c0,
                                                   int64_t steps, int64_t batch, int64_t state, int dtype);
+/* prl_lltm_input_half_cpu: gates[r] = input[r] @ W_x^T + bias for rows r < `rows`, what the
+ *   sequence functions above take as the input half: input [rows, features]; weights
+ *   [3*state, state + features] (contiguous), W_x its last `features` columns; bias [3*state]
+ *   or NULL (none); gates [rows, 3*state].  Sums in float32 (float64 for float64), stored in
+ *   the dtype.  The library's own product, on the calling thread: meant for products too
+ *   small for a BLAS's threads to pay (the Python package: below 2^19 multiply-adds). */
+PRL_API prl_status prl_lltm_input_half_cpu(const void *input, const void *weights, const void *bias, void *gates,
+                                           int64_t rows, int64_t features, int64_t state, int dtype);
 /* prl_lltm_sequence_packed_forward_cpu / _backward_cpu: the same over a packed batch of
  *   sequences of different lengths (a PackedSequence's data), each run exactly its own steps.
  *   batch_sizes [T] (host memory): step t has the first batch_sizes[t] rows of the batch

@@ -461,6 +461,35 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
     });
 }
 
+// The input half of every row: gates[r] = input[r] @ W_x^T + bias, W_x the last `features`
+// columns of weights [3S, S + features], by the library's own product (W_x^T packed in
+// panels, then blocks of row tiles), its products on the calling thread.  For the small products the
+// Python package hands it (sequence.INPUT_HALF_IN_LIBRARY_BELOW) a BLAS's threads cannot pay,
+// and on a 16-core Xeon torch's MKL ran [170-190, 8] x [8, 192] on a team of 4-6 of its 16
+// OpenMP threads: libgomp ends the surplus threads, and the library's next full-size region
+// starts them again, 10-12 thread starts a call (benchmarks/NOTES.md).  Each element is one
+// sum over the features in order, then + bias.
+template <typename T>
+void input_half(const T *input, const T *weights, const T *bias, T *gates, int64_t rows, int64_t features,
+                int64_t state) {
+    using A = prl::acc_t<T>;
+    const int64_t width = 3 * state, n = round_up(width, kCols<A>), ldw = state + features;
+    const std::vector<A> w = pack_panels<A>(features, width, n, true, [&](int64_t i, int64_t g) {
+        return prl::load(weights[g * ldw + state + i]);
+    });
+    std::vector<A> b((size_t)width, A(0));
+    if (bias != nullptr) to_arithmetic(bias, width, b.data());
+    const int64_t tile = tile_rows(), block = 8 * tile;
+    std::vector<A> left((size_t)(block * features)), c((size_t)(block * n));
+    for (int64_t first = 0; first < rows; first += block) {
+        const int64_t count = std::min(block, rows - first);
+        to_arithmetic(input + first * features, count * features, left.data());
+        product(tile, left.data(), features, w.data(), c.data(), n, 0, count, 0, n);
+        for (int64_t r = 0; r < count; ++r)
+            for (int64_t g = 0; g < width; ++g) gates[(first + r) * width + g] = prl::store<T>(c[(size_t)(r * n + g)] + b[g]);
+    }
+}
+
 }  // namespace
 
 extern "C" PRL_API prl_status prl_lltm_sequence_forward_cpu(void *gates, const void *w_h, int64_t ldw, const void *h0,
@@ -539,6 +568,33 @@ extern "C" PRL_API prl_status prl_lltm_sequence_packed_backward_cpu(const void *
                     static_cast<const T *>(gates), static_cast<const T *>(w_h), ldw, static_cast<const T *>(c0),
                     static_cast<const T *>(cells), static_cast<T *>(d_gates), static_cast<T *>(d_h0),
                     static_cast<T *>(d_c0), steps, batch, state, Rows(batch_sizes, steps, batch));
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_input_half_cpu(const void *input, const void *weights, const void *bias,
+                                                      void *gates, int64_t rows, int64_t features, int64_t state,
+                                                      int dtype) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(prl::check_count(fn, "rows", rows));
+    PRL_TRY(prl::check_count(fn, "features", features));
+    PRL_TRY(prl::check_count(fn, "state", state));
+    const auto fits = [](int64_t a, int64_t b) { return a == 0 || b <= prl::kMaxElements / a; };
+    if (state > prl::kMaxElements / 4 || features > prl::kMaxElements / 4 || !fits(rows, 3 * state) ||
+        !fits(rows, features) || !fits(3 * state, state + features))
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: rows=%lld, features=%lld, state=%lld: a buffer of more "
+                         "elements than any can hold", fn, (long long)rows, (long long)features, (long long)state);
+    const int64_t all = rows * 3 * state;
+    PRL_TRY(prl::check_pointer(fn, "input", input, rows * features));
+    PRL_TRY(prl::check_pointer(fn, "weights", weights, all == 0 ? 0 : 3 * state * (state + features)));
+    PRL_TRY(prl::check_pointer(fn, "gates", gates, all));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (all == 0) return PRL_SUCCESS;
+        input_half<T>(static_cast<const T *>(input), static_cast<const T *>(weights), static_cast<const T *>(bias),
+                      static_cast<T *>(gates), rows, features, state);
         return PRL_SUCCESS;
     });
     PRL_API_END

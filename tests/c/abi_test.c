@@ -225,6 +225,29 @@ static void test_sequence_packed_cpu(void) {
                  PRL_ERROR_INVALID_ARGUMENT, "'batch_sizes'");
 }
 
+/* The input half: gates[r] = input[r] @ W_x^T + bias (W_x: the last columns of weights, a
+ * NULL bias none), against sums written out here; bad sizes and pointers are refused. */
+static void test_input_half_cpu(void) {
+    enum { R = 7, I = 3, S = 2, LDW = S + I };
+    double x[R * I], w[3 * S * LDW], b[3 * S], gates[R * 3 * S], no_bias[R * 3 * S];
+    for (int i = 0; i < R * I; ++i) x[i] = 0.1 * ((i * 5) % 9) - 0.4;
+    for (int i = 0; i < 3 * S * LDW; ++i) w[i] = 0.1 * ((i * 7) % 11) - 0.5;
+    for (int i = 0; i < 3 * S; ++i) b[i] = 0.25 * i - 0.5;
+    CHECK(prl_lltm_input_half_cpu(x, w, b, gates, R, I, S, PRL_FLOAT64) == PRL_SUCCESS);
+    CHECK(prl_lltm_input_half_cpu(x, w, NULL, no_bias, R, I, S, PRL_FLOAT64) == PRL_SUCCESS);
+    for (int r = 0; r < R; ++r)
+        for (int g = 0; g < 3 * S; ++g) {
+            double sum = 0;
+            for (int i = 0; i < I; ++i) sum += x[r * I + i] * w[g * LDW + S + i];
+            CHECK(fabs(no_bias[r * 3 * S + g] - sum) < 1e-12 && fabs(gates[r * 3 * S + g] - sum - b[g]) < 1e-12);
+        }
+    EXPECT_ERROR(prl_lltm_input_half_cpu(x, w, b, gates, -1, I, S, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'rows'");
+    EXPECT_ERROR(prl_lltm_input_half_cpu(NULL, w, b, gates, R, I, S, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT,
+                 "'input'");
+    EXPECT_ERROR(prl_lltm_input_half_cpu(x, w, b, gates, R, I, S, 9), PRL_ERROR_UNSUPPORTED_DTYPE, "9");
+    CHECK(prl_lltm_input_half_cpu(NULL, NULL, NULL, NULL, 0, I, S, PRL_FLOAT32) == PRL_SUCCESS);
+}
+
 /* The sequence functions split the batch among prl_set_cpu_threads() threads, run by the
  * library's workers or by a prl_set_cpu_parallel runner; every output is bit-for-bit the
  * one-thread result (each row's recurrence is computed the same way whichever thread runs
@@ -363,6 +386,7 @@ int main(void) {
     test_lltm_cpu();
     test_sequence_cpu();
     test_sequence_packed_cpu();
+    test_input_half_cpu();
     test_cpu_threads();
     test_errors();
     if (failures) {
