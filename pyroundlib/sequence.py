@@ -22,6 +22,7 @@ Layers, as for the cell:
 """
 import contextlib
 import ctypes
+import math
 import os
 from typing import List, Optional, Tuple
 
@@ -207,7 +208,7 @@ def input_half(input: Tensor, weights: Tensor, bias: Tensor, state: int) -> Tens
     There a BLAS's threads cannot pay, and MKL ran some such shapes on a smaller team than
     torch's: libgomp ends the surplus threads, the loop's next parallel region starts them
     again (10-12 thread starts a call on a 16-core Xeon: benchmarks/NOTES.md)."""
-    rows = input.numel() // input.shape[-1] if input.shape[-1] else 0
+    rows = math.prod(input.shape[:-1])
     if not input.is_cpu or rows * input.shape[-1] * 3 * state >= INPUT_HALF_IN_LIBRARY_BELOW:
         return F.linear(input, weights[:, state:], bias)
     input, weights, bias = input.contiguous(), weights.contiguous(), bias.contiguous()

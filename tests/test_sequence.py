@@ -981,7 +981,7 @@ def test_cpu_input_half(monkeypatch, dtype):
     monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *shape: torch.full(shape, float("nan"), dtype=t.dtype))
     gen = torch.Generator().manual_seed(5)
     tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
-    for shape, state, in_library in [((190, 8), 64, True), ((3, 7, 5), 4, True), ((1, 1), 1, True),
+    for shape, state, in_library in [((190, 8), 64, True), ((3, 7, 5), 4, True), ((1, 1), 1, True), ((6, 0), 5, True),
                                      ((48, 64), 64, False)]:  # 48 * 64 * 192 >= 2^19
         x = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
         w = torch.randn(3 * state, state + shape[-1], generator=gen, dtype=torch.float64).to(dtype)
