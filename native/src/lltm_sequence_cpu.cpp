@@ -462,13 +462,13 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
 }
 
 // The input half of every row: gates[r] = input[r] @ W_x^T + bias, W_x the last `features`
-// columns of weights [3S, S + features], by the library's own product (W_x^T packed in
-// panels, then blocks of row tiles), its products on the calling thread.  For the small products the
-// Python package hands it (sequence.INPUT_HALF_IN_LIBRARY_BELOW) a BLAS's threads cannot pay,
-// and on a 16-core Xeon torch's MKL ran [170-190, 8] x [8, 192] on a team of 4-6 of its 16
-// OpenMP threads: libgomp ends the surplus threads, and the library's next full-size region
-// starts them again, 10-12 thread starts a call (benchmarks/NOTES.md).  Each element is one
-// sum over the features in order, then + bias.
+// columns of weights [3S, S + features], by the library's own product (W_x^T packed in panels,
+// then blocks of row tiles) on the calling thread.  The Python package hands it the products
+// too small for a BLAS's threads to pay (sequence.INPUT_HALF_IN_LIBRARY_BELOW): on a 16-core
+// Xeon torch's MKL ran [170-199, 8] x [8, 192] on a team of 4-6 of its 16 OpenMP threads,
+// libgomp ended the surplus threads, and the library's next full-size region started them
+// again, 10-12 thread starts a call (benchmarks/NOTES.md).  Each element is one sum over the
+// features in order, then + bias.
 template <typename T>
 void input_half(const T *input, const T *weights, const T *bias, T *gates, int64_t rows, int64_t features,
                 int64_t state) {
@@ -486,7 +486,8 @@ void input_half(const T *input, const T *weights, const T *bias, T *gates, int64
         to_arithmetic(input + first * features, count * features, left.data());
         product(tile, left.data(), features, w.data(), c.data(), n, 0, count, 0, n);
         for (int64_t r = 0; r < count; ++r)
-            for (int64_t g = 0; g < width; ++g) gates[(first + r) * width + g] = prl::store<T>(c[(size_t)(r * n + g)] + b[g]);
+            for (int64_t g = 0; g < width; ++g)
+                gates[(first + r) * width + g] = prl::store<T>(c[(size_t)(r * n + g)] + b[(size_t)g]);
     }
 }
 
