@@ -43,10 +43,13 @@ _upload_kernel = Kernel("upload", cpu=False)
 
 class Pack:
     """A sorted pack's step sizes and the row indices of its data that its layers share, on the
-    data's device.  What every call needs is formed on the host from the sizes and reaches the
-    device in one upload (``sizes``; ``first``, the row of each step's first sequence;
-    ``lengths``, each sequence's steps; ``last``, each sequence's last row); the rest on first
-    use (inference needs no ``previous``, one direction no ``reverse``)."""
+    data's device.  What every call needs is formed on the host from the sizes (checked there) and
+    reaches the device in one upload on first use (``sizes``; ``first``, the row of each step's
+    first sequence; ``lengths``, each sequence's steps; ``last``, each sequence's last row); the
+    rest on first use too (inference needs no ``previous``, one direction no ``reverse``).  First
+    use is inside the autograd node that reads them: under a torch.func transform a tensor made
+    in the transformed function is the transform's (no storage to hand the library), one made in
+    the node's forward is not."""
 
     def __init__(self, batch_sizes: Tensor, device: torch.device):
         sizes = self.host_sizes = batch_sizes.to("cpu", torch.int64).tolist()
@@ -54,6 +57,12 @@ class Pack:
             raise ValueError(f"batch_sizes must not grow and stay >= 1 (a PackedSequence's), got {sizes}")
         self.steps, self.rows = len(sizes), sum(sizes)
         self.batch = sizes[0] if self.steps else 0
+        self.device = device
+
+    @functools.cached_property
+    def _table(self):
+        """(sizes, first, lengths, last) on the device."""
+        sizes = self.host_sizes
         first = list(itertools.accumulate(sizes[:-1], initial=0)) if self.steps else []
         ends = [0] * self.batch  # ends[b]: how many steps have exactly b + 1 rows
         for size in sizes:
@@ -61,12 +70,19 @@ class Pack:
         lengths = list(itertools.accumulate(reversed(ends)))[::-1]  # how many steps have more than b rows
         last = [first[n - 1] + b for b, n in enumerate(lengths)]
         table = torch.tensor(sizes + first + lengths + last, dtype=torch.int64)  # what the library reads
-        if device.type == "cuda":
-            host, table = table, torch.empty(len(table), dtype=torch.int64, device=device)
+        if self.device.type == "cuda":
+            host, table = table, torch.empty(len(table), dtype=torch.int64, device=self.device)
             if len(table):
                 _upload_kernel(table, table.data_ptr(), host.data_ptr(), len(table))
-        self.sizes, self.first, self.lengths, self.last = table.split([self.steps] * 2 + [self.batch] * 2)
-        self._arange = functools.partial(torch.arange, device=device)
+        return table.split([self.steps] * 2 + [self.batch] * 2)
+
+    sizes = property(lambda self: self._table[0])
+    first = property(lambda self: self._table[1])
+    lengths = property(lambda self: self._table[2])
+    last = property(lambda self: self._table[3])
+
+    def _arange(self, n: int) -> Tensor:
+        return torch.arange(n, device=self.device)
 
     @functools.cached_property
     def _rows(self):
@@ -96,10 +112,13 @@ def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0
         check_like(name, value, "input", data)
     if reverse:
         data = data.index_select(0, pack.reverse)
-    if no_gradient_wanted((data, weights, bias, h0, c0)):  # no autograd node: none is wanted
+    # no autograd node where grad mode is off (inference): none is wanted.  With grad mode on the
+    # Function runs even where no input requires grad: under a torch.func transform its inputs
+    # may be the transform's tensors, which only a Function (or an op) hands over unwrapped.
+    if not torch.is_grad_enabled() and no_gradient_wanted((data, weights, bias, h0, c0)):
         output, h_n, c_n, *_ = _forward(data, weights, bias, h0, c0, pack)
     else:
-        output, h_n, c_n = PackedLLTMFunction.apply(data, weights, bias, h0, c0, pack)
+        output, h_n, c_n, *_ = PackedLLTMFunction.apply(data, weights, bias, h0, c0, pack)
     return (output.index_select(0, pack.reverse) if reverse else output), h_n, c_n
 
 
@@ -121,36 +140,54 @@ def _forward(data, weights, bias, h0, c0, pack):
 
 
 class PackedLLTMFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, data, weights, bias, h0, c0, pack):
-        output, h_n, c_n, cells, gates, ctx.one_call = _forward(data, weights, bias, h0, c0, pack)
-        ctx.save_for_backward(data, weights, bias, h0, c0, output, cells, gates)
-        ctx.pack = pack
-        return output, h_n, c_n
+    """``apply(data, weights, bias, h0, c0, pack) -> (output, h_n, c_n, cells, gates)``: one
+    direction over a pack's rows; cells and gates are the buffers the backward reads, not
+    differentiable.  Written the way torch.func needs (``setup_context``)."""
 
     @staticmethod
-    def backward(ctx, grad_output, grad_h_n, grad_c_n):
+    def forward(data, weights, bias, h0, c0, pack):
+        output, h_n, c_n, cells, gates, _ = _forward(data, weights, bias, h0, c0, pack)
+        return output, h_n, c_n, cells, gates
+
+    @staticmethod
+    def setup_context(ctx, inputs, outputs) -> None:
+        data, weights, bias, h0, c0, ctx.pack = inputs
+        output, _, _, cells, gates = outputs
+        ctx.mark_non_differentiable(cells, gates)
+        ctx.set_materialize_grads(False)
+        ctx.one_call = sequence._packed_in_one_call(data, ctx.pack.batch, h0.shape[1])  # as _forward chose
+        ctx.save_for_backward(data, weights, bias, h0, c0, output, cells, gates)
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_h_n, grad_c_n, *_):
         data, weights, bias, h0, c0, output, cells, gates = ctx.saved_tensors
-        pack = ctx.pack
         if torch.is_grad_enabled():  # double backward: differentiate the recurrence in torch ops
             return _differentiable_backward(ctx, (data, weights, bias, h0, c0), (grad_output, grad_h_n, grad_c_n))
-        state = h0.shape[1]
         grad_output = torch.zeros_like(output) if grad_output is None else grad_output.contiguous()
         if grad_h_n is not None:  # h_n is each sequence's output row at its last step
-            grad_output = grad_output.index_add(0, pack.last, grad_h_n)
-        d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
-        grad_c_n = None if grad_c_n is None else grad_c_n.contiguous()  # held: the library reads it
-        if ctx.one_call:
-            _backward_kernel(data, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(), weights.data_ptr(),
-                             weights.shape[1], c0.data_ptr(), cells.data_ptr(), d_gates.data_ptr(), d_h0.data_ptr(),
-                             d_c0.data_ptr(), pack.sizes.data_ptr(), pack.steps, pack.batch, state,
-                             DTYPE_CODES[data.dtype])
-        else:
-            _backward_steps(grad_output, torch.zeros_like(c0) if grad_c_n is None else grad_c_n, gates,
-                            weights[:, :state], c0, cells, d_gates, d_h0, d_c0, pack)
-        d_data = d_gates @ weights[:, state:]
-        inputs = torch.cat([torch.cat([h0, output]).index_select(0, pack.previous), data], dim=1)
-        return d_data, d_gates.t() @ inputs, d_gates.sum(0), d_h0, d_c0, None
+            grad_output = grad_output.index_add(0, ctx.pack.last, grad_h_n)
+        return (*_backward(grad_output, grad_c_n, data, weights, h0, c0, output, cells, gates, ctx.pack,
+                           ctx.one_call), None)
+
+
+def _backward(grad_output, grad_c_n, data, weights, h0, c0, output, cells, gates, pack, one_call: bool):
+    """One direction's gradients (d_data, d_weights, d_bias, d_h0, d_c0) from _forward's
+    buffers; grad_output [N, S] (h_n's gradient already added at each sequence's last row),
+    grad_c_n [B, S] or None (zero).  one_call: the route _forward took."""
+    state = h0.shape[1]
+    d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
+    grad_c_n = None if grad_c_n is None else grad_c_n.contiguous()  # held: the library reads it
+    if one_call:
+        _backward_kernel(data, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(), weights.data_ptr(),
+                         weights.shape[1], c0.data_ptr(), cells.data_ptr(), d_gates.data_ptr(), d_h0.data_ptr(),
+                         d_c0.data_ptr(), pack.sizes.data_ptr(), pack.steps, pack.batch, state,
+                         DTYPE_CODES[data.dtype])
+    else:
+        _backward_steps(grad_output, torch.zeros_like(c0) if grad_c_n is None else grad_c_n, gates,
+                        weights[:, :state], c0, cells, d_gates, d_h0, d_c0, pack)
+    d_data = d_gates @ weights[:, state:]
+    inputs = torch.cat([torch.cat([h0, output]).index_select(0, pack.previous), data], dim=1)
+    return d_data, d_gates.t() @ inputs, d_gates.sum(0), d_h0, d_c0
 
 
 # ---- the recurrence step by step from Python: CUDA, where the persistent kernels do not fit ------
@@ -201,9 +238,10 @@ def _differentiable(data, weights, bias, h0, c0, pack: Pack):
 
 
 def _differentiable_backward(ctx, inputs, grads):
-    wanted = [t for t, need in zip(inputs, ctx.needs_input_grad) if need]
-    results = _differentiable(*inputs, ctx.pack)
-    pairs = [(r, g) for r, g in zip(results, grads) if g is not None]
-    got = iter(torch.autograd.grad([r for r, _ in pairs], wanted, [g for _, g in pairs], create_graph=True,
-                                   allow_unused=True) if wanted else ())
-    return (*(next(got) if need else None for need in ctx.needs_input_grad[:5]), None)
+    """The backward as differentiable torch ops (a graph of the gradient is being built): the
+    vjp of ``_differentiable`` through torch.func, which composes with torch.func's transforms
+    around it as well as with autograd (``torch.autograd.grad`` of a recomputation would see
+    none of a transform's tensors)."""
+    results, pullback = torch.func.vjp(lambda *ins: _differentiable(*ins, ctx.pack), *inputs)
+    grads = pullback(tuple(torch.zeros_like(r) if g is None else g for r, g in zip(results, grads)))
+    return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)

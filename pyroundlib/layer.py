@@ -35,6 +35,7 @@ from torch.nn.utils.rnn import PackedSequence
 from . import sequence
 from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
                       check_tensor, define_op, exporting, has_tangent, no_gradient_wanted)
+from . import _packed
 from ._packed import Pack, packed_direction
 from .sequence import lltm_sequence
 
@@ -187,34 +188,96 @@ def _layer_by_layer(x: Tensor, h0, c0, params, directions: int, direction=_padde
     return x, torch.stack(h_n), torch.stack(c_n)
 
 
-class LLTMStackFunction(torch.autograd.Function):
-    """A padded stack's training as one autograd node, where the fused CUDA kernels take every
-    layer (``LLTMLayer`` picks it): each direction's forward and backward are the fused
-    kernels' calls of ``lltm_sequence``'s FUSED route (the reverse direction over the sequence
-    flipped in time), the same bits; one node and its own buffers instead of a node per
-    direction and the flips, concatenations and stacks between them (0.72-0.80x the time of a
-    2-layer bidirectional layer's fwd+bwd at small sizes on an H100, benchmarks/NOTES.md).
+class _Padded:
+    """How LLTMStackFunction runs a direction of a padded batch [T, B, F]: the fused kernels'
+    calls of ``lltm_sequence``'s FUSED route, the reverse direction over the batch flipped in
+    time."""
 
-    ``apply(x, h0, c0, directions, *params) -> (output, h_n, c_n, *saved)``: x [T, B, I], h0
-    and c0 [L*D, B, S], params (weights, bias) per layer and direction; ``saved`` are the
-    buffers the backward reads (each layer's input past the first, each direction's output,
-    cells and gates), not differentiable.  Double backward runs the layer-by-layer path."""
+    def __init__(self, directions: int):
+        self.directions = directions
 
     @staticmethod
-    def forward(x, h0, c0, directions, *params):
-        saved, h_n, c_n = [], [], []
+    def reverse(t: Tensor) -> Tensor:
+        return t.flip(0)
+
+    @staticmethod
+    def forward(x, weights, bias, h0, c0):
+        """-> (output, h_n, c_n, cells, gates)"""
+        output, c_n, cells, gates = sequence._forward_whole(sequence._fused_forward_kernel, x, weights, bias, h0, c0)
+        return output, output[-1], c_n, cells, gates
+
+    @staticmethod
+    def add_to_last(grad: Tensor, grad_h_n: Tensor) -> None:
+        grad[-1] += grad_h_n
+
+    @staticmethod
+    def backward(grad, grad_c_n, x, weights, h0, c0, output, cells, gates):
+        """-> (d_x, d_weights, d_bias, d_h0, d_c0)"""
+        return sequence._backward_fused(grad, grad_c_n, x, weights, h0, c0, output, cells, gates)
+
+    direction = staticmethod(_padded_direction)
+
+
+class _Packed:
+    """How LLTMStackFunction runs a direction of a pack's rows [N, F] (``_packed.py``): one
+    library call a direction where ``sequence._packed_in_one_call`` says so (the same for every
+    layer of a stack), else the step loop; the reverse direction over each sequence reversed
+    within its own length."""
+
+    def __init__(self, directions: int, pack: Pack):
+        self.directions, self.pack, self.one_call = directions, pack, None
+
+    def reverse(self, t: Tensor) -> Tensor:
+        return t.index_select(0, self.pack.reverse)
+
+    def forward(self, x, weights, bias, h0, c0):
+        output, h_n, c_n, cells, gates, self.one_call = _packed._forward(x, weights, bias, h0, c0, self.pack)
+        return output, h_n, c_n, cells, gates
+
+    def add_to_last(self, grad: Tensor, grad_h_n: Tensor) -> None:
+        grad.index_add_(0, self.pack.last, grad_h_n)
+
+    def backward(self, grad, grad_c_n, x, weights, h0, c0, output, cells, gates):
+        return _packed._backward(grad, grad_c_n, x, weights, h0, c0, output, cells, gates, self.pack, self.one_call)
+
+    def direction(self, data, weights, bias, h0, c0, reverse: bool):
+        """A direction in differentiable torch ops (the double backward's): no autograd
+        Function inside the vjp that differentiates it."""
+        pack = self.pack
+        output, h_n, c_n = _packed._differentiable(self.reverse(data) if reverse else data, weights, bias, h0, c0,
+                                                   pack)
+        return (self.reverse(output) if reverse else output), h_n, c_n
+
+
+class LLTMStackFunction(torch.autograd.Function):
+    """A stack's training as one autograd node: a padded batch where the fused CUDA kernels
+    take every layer (bidirectional), or a pack on any device (``LLTMLayer`` picks it).  Each
+    direction's forward and backward are the calls a layer-by-layer node would make (``layout``:
+    ``_Padded`` or ``_Packed``), the same bits; one node and its own buffers instead of a node
+    per direction and the flips, concatenations and stacks between them (0.72-0.80x the time of
+    a 2-layer bidirectional layer's fwd+bwd at small sizes on an H100, padded;
+    benchmarks/NOTES.md).
+
+    ``apply(x, h0, c0, layout, *params) -> (output, h_n, c_n, *saved)``: x [T, B, I] (a pack:
+    its rows [N, I]), h0 and c0 [L*D, B, S], params (weights, bias) per layer and direction;
+    ``saved`` are the buffers the backward reads (each layer's input past the first, each
+    direction's output, cells and gates), not differentiable.  Double backward runs the
+    layer-by-layer path."""
+
+    @staticmethod
+    def forward(x, h0, c0, layout, *params):
+        saved, h_n, c_n, directions = [], [], [], layout.directions
         for k in range(len(params) // (2 * directions)):
             if k:
                 saved.append(x)
             outputs = []
             for d in range(directions):
                 i = k * directions + d
-                output, c, cells, gates = sequence._forward_whole(
-                    sequence._fused_forward_kernel, x.flip(0) if d else x, params[2 * i], params[2 * i + 1],
-                    h0[i], c0[i])
+                output, h, c, cells, gates = layout.forward(layout.reverse(x) if d else x, params[2 * i],
+                                                            params[2 * i + 1], h0[i], c0[i])
                 saved += [output, cells, gates]
-                outputs.append(output.flip(0) if d else output)
-                h_n.append(output[-1])
+                outputs.append(layout.reverse(output) if d else output)
+                h_n.append(h)
                 c_n.append(c)
             # one direction: a copy, so that no tensor is both a result and a saved buffer
             x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0].clone()
@@ -222,7 +285,7 @@ class LLTMStackFunction(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, outputs) -> None:
-        x, h0, c0, ctx.directions, *params = inputs
+        x, h0, c0, ctx.layout, *params = inputs
         ctx.mark_non_differentiable(*outputs[3:])
         ctx.set_materialize_grads(False)
         ctx.params = len(params)
@@ -231,18 +294,18 @@ class LLTMStackFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output, grad_h_n, grad_c_n, *_):
         x, h0, c0, *rest = ctx.saved_tensors
-        params, saved, directions = rest[:ctx.params], rest[ctx.params:], ctx.directions
+        params, saved, layout = rest[:ctx.params], rest[ctx.params:], ctx.layout
+        directions = layout.directions
         needs = ctx.needs_input_grad[:3] + ctx.needs_input_grad[4:]
-        if torch.is_grad_enabled():  # a graph of the gradient: differentiate the layer-by-layer path
-            inputs = [x, h0, c0, *params]
-            wanted = [t for t, need in zip(inputs, needs) if need]
-            with torch.enable_grad():
-                results = _layer_by_layer(x, h0, c0, list(zip(params[::2], params[1::2])), directions)
-            pairs = [(r, g) for r, g in zip(results, (grad_output, grad_h_n, grad_c_n)) if g is not None]
-            got = iter(torch.autograd.grad([r for r, _ in pairs], wanted, [g for _, g in pairs], create_graph=True,
-                                           allow_unused=True) if pairs and wanted else [None] * len(wanted))
-            return (*(next(got) if need else None for need in needs[:3]), None,
-                    *(next(got) if need else None for need in needs[3:]))
+        if torch.is_grad_enabled():  # a graph of the gradient: the vjp of the layer-by-layer path
+            def stack(x, h0, c0, *params):  # through torch.func, which composes with transforms around it
+                return _layer_by_layer(x, h0, c0, list(zip(params[::2], params[1::2])), directions,
+                                       layout.direction)
+            results, pullback = torch.func.vjp(stack, x, h0, c0, *params)
+            got = pullback(tuple(torch.zeros_like(r) if g is None else g
+                                 for r, g in zip(results, (grad_output, grad_h_n, grad_c_n))))
+            got = [g if need else None for g, need in zip(got, needs)]
+            return (*got[:3], None, *got[3:])
         layers, state = len(params) // (2 * directions), h0.shape[-1]
         grads, d_h0, d_c0 = [None] * len(params), [None] * len(h0), [None] * len(c0)
         per_layer = 3 * directions + 1  # each layer's saved buffers: its input (past the first), then 3 a direction
@@ -250,19 +313,20 @@ class LLTMStackFunction(torch.autograd.Function):
             first = k * per_layer - (1 if k else 0)
             layer_input = saved[first] if k else x
             if grad_output is None:
-                grad_output = layer_input.new_zeros(*layer_input.shape[:2], directions * state)
+                grad_output = layer_input.new_zeros(*layer_input.shape[:-1], directions * state)
             d_input = None
             for d in range(directions):
                 i = k * directions + d
                 output, cells, gates = saved[first + (1 if k else 0) + 3 * d:][:3]
                 grad = grad_output[..., d * state:(d + 1) * state]  # copied: h_n's gradient is added in place
-                grad = grad.flip(0) if d else grad.clone(memory_format=torch.contiguous_format)
+                grad = layout.reverse(grad) if d else grad.clone(memory_format=torch.contiguous_format)
                 if grad_h_n is not None:
-                    grad[-1] += grad_h_n[i]
-                d_x, grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = sequence._backward_fused(
+                    layout.add_to_last(grad, grad_h_n[i])
+                d_x, grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = layout.backward(
                     grad, None if grad_c_n is None else grad_c_n[i].contiguous(),
-                    layer_input.flip(0) if d else layer_input, params[2 * i], h0[i], c0[i], output, cells, gates)
-                d_x = d_x.flip(0) if d else d_x
+                    layout.reverse(layer_input) if d else layer_input, params[2 * i], h0[i], c0[i], output, cells,
+                    gates)
+                d_x = layout.reverse(d_x) if d else d_x
                 d_input = d_x if d_input is None else d_input + d_x
             grad_output = d_input
         return (grad_output if needs[0] else None, torch.stack(d_h0) if needs[1] else None,
@@ -270,13 +334,13 @@ class LLTMStackFunction(torch.autograd.Function):
                 *(g if need else None for g, need in zip(grads, needs[3:])))
 
     @staticmethod
-    def vmap(info, in_dims, x, h0, c0, directions, *params):
+    def vmap(info, in_dims, x, h0, c0, layout, *params):
         """One stack per index of the vmapped dimension."""
         def at(t, dim, i):
             return t if dim is None else t.select(dim, i)
 
         outs = [LLTMStackFunction.apply(at(x, in_dims[0], i), at(h0, in_dims[1], i), at(c0, in_dims[2], i),
-                                        directions, *(at(p, dim, i) for p, dim in zip(params, in_dims[4:])))
+                                        layout, *(at(p, dim, i) for p, dim in zip(params, in_dims[4:])))
                 for i in range(info.batch_size)]
         results = tuple(torch.stack(o) for o in zip(*outs))
         return results, (0,) * len(results)
@@ -420,12 +484,12 @@ class LLTMLayer(torch.nn.Module):
             if x.is_cuda and _all_fused(x, steps, batch, self.input_features, self.state_size, directions,
                                         self.num_layers):
                 return self._stack_inference(x, state, pack)
-        elif pack is None and self.bidirectional and x.is_cuda and x.shape[0] \
-                and not (self.dropout > 0 and self.training and self.num_layers > 1) \
+        elif x.shape[0] and not (self.dropout > 0 and self.training and self.num_layers > 1) \
                 and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or exporting()) \
-                and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
-                               inference=False):
-            trained = self._stack_training(x, batch, state)
+                and (pack is not None or self.bidirectional and x.is_cuda
+                     and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
+                                    inference=False)):
+            trained = self._stack_training(x, batch, state, pack)
             if trained is not None:
                 return trained
         layers = self.num_layers * directions
@@ -446,11 +510,12 @@ class LLTMLayer(torch.nn.Module):
                            else weights.new_zeros(3 * self.state_size)))
         return params
 
-    def _stack_training(self, x: Tensor, batch: int, state):
-        """_layers in training on the fused route: one autograd node for the stack
-        (LLTMStackFunction); None where the arguments are not all of x's dtype and device, the
+    def _stack_training(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None):
+        """_layers in training, padded on the fused route or packed: one autograd node for the
+        stack (LLTMStackFunction); None where the arguments are not all of x's dtype and device, the
         parameters not of their shapes, or a tangent is carried (the layer-by-layer path then
         raises, naming the argument, or computes forward mode in torch ops)."""
+        check_tensor("input", x)  # raises for bad input, naming it, as the layer-by-layer path does
         shapes = self._parameter_shapes()
         params = [t for pair in self._direction_parameters() for t in pair]
         if state is None:
@@ -461,7 +526,8 @@ class LLTMLayer(torch.nn.Module):
         if not all(isinstance(t, Tensor) and t.dtype == x.dtype and t.device == x.device for t in (h0, c0, *params)) \
                 or any(p.shape != shape for p, shape in zip(params, expected)) or has_tangent((x, h0, c0, *params)):
             return None
-        output, h_n, c_n, *_ = LLTMStackFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), 2,
+        layout = _Padded(2) if pack is None else _Packed(2 if self.bidirectional else 1, pack)
+        output, h_n, c_n, *_ = LLTMStackFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), layout,
                                                        *(p.contiguous() for p in params))
         return output, h_n, c_n
 

@@ -845,7 +845,7 @@ def stack_on_the_cpu_loop(monkeypatch):
 def test_stack_function_against_the_layer_by_layer_path(stack_on_the_cpu_loop, directions, layers):
     x, h0, c0, params = stack_case("cpu", directions, layers)
     inputs = [x, h0, c0, *params]
-    got = pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, directions, *params)[:3]
+    got = pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, pyroundlib.layer._Padded(directions), *params)[:3]
     want = pyroundlib.layer._layer_by_layer(x, h0, c0, list(zip(params[::2], params[1::2])), directions)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     weights = [torch.randn_like(t) for t in want]
@@ -859,9 +859,112 @@ def test_stack_function_gradcheck_and_gradgradcheck(stack_on_the_cpu_loop):
     x, h0, c0, params = stack_case("cpu", 2, 2)
 
     def f(x, h0, c0, *params):
-        return pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, 2, *params)[:3]
+        return pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, pyroundlib.layer._Padded(2), *params)[:3]
     torch.autograd.gradcheck(f, (x, h0, c0, *params))
     torch.autograd.gradgradcheck(f, (x, h0, c0, *params))
+
+
+def packed_stack_case(device, directions, layers, route, monkeypatch, dtype=torch.float64):
+    """stack_case's tensors with x a pack's rows (lengths 5, 2, 4: unsorted) and its Pack."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    x, h0, c0, params = stack_case(device, directions, layers, dtype)
+    lengths = [5, 2, 4][:B]
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x.detach(), lengths, enforce_sorted=False)
+    data = packed.data.clone().requires_grad_()
+    return data, h0, c0, params, pyroundlib._packed.Pack(packed.batch_sizes, data.device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("route", ["", "0"], ids=["one-call", "step-loop"])
+@pytest.mark.parametrize("directions,layers", [(2, 2), (1, 3)])
+def test_packed_stack_function_against_the_layer_by_layer_path(monkeypatch, device, route, directions, layers):
+    """A pack's training as one LLTMStackFunction node: the same bits as a node per layer and
+    direction (the same library calls), outputs and every gradient, some results unused."""
+    data, h0, c0, params, pack = packed_stack_case(device, directions, layers, route, monkeypatch)
+    inputs = [data, h0, c0, *params]
+    layout = pyroundlib.layer._Packed(directions, pack)
+    got = pyroundlib.layer.LLTMStackFunction.apply(data, h0, c0, layout, *params)[:3]
+    want = pyroundlib.layer._layer_by_layer(data, h0, c0, list(zip(params[::2], params[1::2])), directions,
+                                            lambda *args, reverse: pyroundlib._packed.packed_direction(
+                                                args[0], pack, *args[1:], reverse=reverse))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    weights = [torch.randn_like(t) for t in want]
+    for used in ((0, 1, 2), (0,), (1, 2)):
+        grads = torch.autograd.grad(sum((got[i] * weights[i]).sum() for i in used), inputs, retain_graph=True)
+        ref = torch.autograd.grad(sum((want[i] * weights[i]).sum() for i in used), inputs, retain_graph=True)
+        torch.testing.assert_close(grads, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_stack_function_gradcheck_and_gradgradcheck(monkeypatch, device):
+    data, h0, c0, params, pack = packed_stack_case(device, 2, 2, "", monkeypatch)
+
+    def f(data, h0, c0, *params):
+        return pyroundlib.layer.LLTMStackFunction.apply(data, h0, c0, pyroundlib.layer._Packed(2, pack), *params)[:3]
+    torch.autograd.gradcheck(f, (data, h0, c0, *params))
+    torch.autograd.gradgradcheck(f, (data, h0, c0, *params))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_training_is_one_stack_node(monkeypatch, device):
+    """LLTMLayer's training on a pack takes LLTMStackFunction, on every device; with dropout
+    between layers, or while torch.compile traces, the layer-by-layer path."""
+    calls = []
+    apply = pyroundlib.layer.LLTMStackFunction.apply
+    monkeypatch.setattr(pyroundlib.layer.LLTMStackFunction, "apply", lambda *a: calls.append(1) or apply(*a))
+    layer, x, state, loss = stacked_case(device, torch.float64)
+    loss(layer(x, state)).backward()
+    assert len(calls) == 1
+    pyroundlib.LLTMLayer(I, S, num_layers=2, dropout=0.5, device=device, dtype=torch.float64)(x)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("tracked", [True, False], ids=["parameters-tracked", "parameters-detached"])
+def test_stack_function_vjp_in_its_input(stack_on_the_cpu_loop, monkeypatch, packed, tracked):
+    """torch.func.vjp and grad in the stack's input, its parameters tracked by autograd or not:
+    the double backward that torch.func runs differentiates the layer-by-layer path through
+    torch.func itself (a torch.autograd.grad of a recomputation would see no transform's tensors
+    and give zeros)."""
+    if packed:
+        data, h0, c0, params, pack = packed_stack_case("cpu", 2, 2, "", monkeypatch)
+        layout = pyroundlib.layer._Packed(2, pack)
+    else:
+        data, h0, c0, params = stack_case("cpu", 2, 2)
+        layout = pyroundlib.layer._Padded(2)
+    params = params if tracked else [p.detach() for p in params]
+
+    def f(x):
+        output, h, c = pyroundlib.layer.LLTMStackFunction.apply(x, h0.detach(), c0.detach(), layout, *params)[:3]
+        return (output * output).sum() + h.sum() + c.sum()
+    x = data.detach().clone().requires_grad_()
+    want = torch.autograd.grad(f(x), x)[0]
+    _, pullback = torch.func.vjp(f, data.detach())
+    torch.testing.assert_close(pullback(torch.ones((), dtype=torch.float64))[0], want)
+    torch.testing.assert_close(torch.func.grad(f)(data.detach()), want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("stacked", [True, False], ids=["stack-node", "node-per-direction"])
+def test_packed_training_under_torch_func(monkeypatch, device, stacked):
+    """torch.func.grad and vjp over a layer on a pack: the gradients autograd gives, through the
+    stack node and through a node per direction (each differentiates its recurrence in torch
+    ops there: torch.func builds a graph of the gradient)."""
+    if not stacked:
+        monkeypatch.setattr(pyroundlib.layer.LLTMLayer, "_stack_training", lambda *args: None)
+    layer, x, state, loss = stacked_case(device, torch.float64)
+    params = dict(layer.named_parameters())
+
+    def f(p, data):
+        output, (h, c) = torch.func.functional_call(layer, p, (torch.nn.utils.rnn.PackedSequence(data, *x[1:]),
+                                                               state))
+        return loss((output, (h, c)))
+    data = x.data.clone().requires_grad_()
+    want = torch.autograd.grad(f(params, data), [*params.values(), data])
+    got = torch.func.grad(f, argnums=(0, 1))(params, x.data)
+    torch.testing.assert_close([*got[0].values(), got[1]], list(want))
+    _, pullback = torch.func.vjp(lambda data: f(params, data), x.data)
+    torch.testing.assert_close(pullback(torch.ones((), dtype=torch.float64, device=device))[0], want[-1])
 
 
 @requires_cuda
