@@ -82,10 +82,11 @@ def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, leng
 
 
 def _all_fused(t: Tensor, steps: int, batch: int, features: int, state: int, directions: int, layers: int,
-               inference: bool = True) -> bool:
-    """Whether every layer takes the fused kernels (sequence._route), in inference or training."""
+               inference: bool = True, route: str = sequence.FUSED) -> bool:
+    """Whether every layer takes the fused kernels (or ``route``: sequence._route), in inference
+    or training."""
     return all(sequence._route(t, steps, batch, features if k == 0 else directions * state, state, inference=inference)
-               is sequence.FUSED for k in range(layers))
+               is route for k in range(layers))
 
 
 def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h0: Optional[Tensor],
@@ -189,9 +190,9 @@ def _layer_by_layer(x: Tensor, h0, c0, params, directions: int, direction=_padde
 
 
 class _Padded:
-    """How LLTMStackFunction runs a direction of a padded batch [T, B, F]: the fused kernels'
-    calls of ``lltm_sequence``'s FUSED route, the reverse direction over the batch flipped in
-    time."""
+    """How LLTMStackFunction runs a direction of a padded batch [T, B, F]: the calls of
+    ``lltm_sequence``'s FUSED route on CUDA, of its ONE_CALL route (the library's loop) on the
+    CPU; the reverse direction over the batch flipped in time."""
 
     def __init__(self, directions: int):
         self.directions = directions
@@ -203,7 +204,8 @@ class _Padded:
     @staticmethod
     def forward(x, weights, bias, h0, c0):
         """-> (output, h_n, c_n, cells, gates)"""
-        output, c_n, cells, gates = sequence._forward_whole(sequence._fused_forward_kernel, x, weights, bias, h0, c0)
+        output, c_n, cells, gates = sequence._forward_whole(sequence._fused_forward_kernel, x, weights, bias, h0, c0) \
+            if x.is_cuda else sequence._forward_one_call(x, weights, bias, h0, c0)
         return output, output[-1], c_n, cells, gates
 
     @staticmethod
@@ -213,7 +215,8 @@ class _Padded:
     @staticmethod
     def backward(grad, grad_c_n, x, weights, h0, c0, output, cells, gates):
         """-> (d_x, d_weights, d_bias, d_h0, d_c0)"""
-        return sequence._backward_fused(grad, grad_c_n, x, weights, h0, c0, output, cells, gates)
+        backward = sequence._backward_fused if x.is_cuda else sequence._backward_one_call
+        return backward(grad, grad_c_n, x, weights, h0, c0, output, cells, gates)
 
     direction = staticmethod(_padded_direction)
 
@@ -486,9 +489,9 @@ class LLTMLayer(torch.nn.Module):
                 return self._stack_inference(x, state, pack)
         elif x.shape[0] and not (self.dropout > 0 and self.training and self.num_layers > 1) \
                 and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or exporting()) \
-                and (pack is not None or self.bidirectional and x.is_cuda
+                and (pack is not None or self.bidirectional
                      and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
-                                    inference=False)):
+                                    inference=False, route=sequence.FUSED if x.is_cuda else sequence.ONE_CALL)):
             trained = self._stack_training(x, batch, state, pack)
             if trained is not None:
                 return trained

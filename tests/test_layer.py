@@ -832,17 +832,10 @@ def stack_case(device, directions=2, layers=2, dtype=torch.float64):
     return x, h0, c0, params
 
 
-@pytest.fixture
-def stack_on_the_cpu_loop(monkeypatch):
-    """LLTMStackFunction's fused CUDA calls swapped for the CPU loop's calls of the same
-    arguments and results (sequence._forward_op / _backward_one_call): its bookkeeping (the
-    saved buffers, the flips, the gradients' order, double backward) tested without a GPU."""
-    monkeypatch.setattr(sequence, "_forward_whole", lambda kernel, *args: sequence._forward_op(*args))
-    monkeypatch.setattr(sequence, "_backward_fused", sequence._backward_one_call)
-
-
 @pytest.mark.parametrize("directions,layers", [(2, 2), (2, 1), (1, 3)])
-def test_stack_function_against_the_layer_by_layer_path(stack_on_the_cpu_loop, directions, layers):
+def test_stack_function_against_the_layer_by_layer_path(directions, layers):
+    """The padded stack on the CPU (the library loop's calls): the same bits as a node per
+    direction, outputs and every gradient, some results unused."""
     x, h0, c0, params = stack_case("cpu", directions, layers)
     inputs = [x, h0, c0, *params]
     got = pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, pyroundlib.layer._Padded(directions), *params)[:3]
@@ -855,7 +848,7 @@ def test_stack_function_against_the_layer_by_layer_path(stack_on_the_cpu_loop, d
         torch.testing.assert_close(grads, ref, rtol=1e-10, atol=1e-12)
 
 
-def test_stack_function_gradcheck_and_gradgradcheck(stack_on_the_cpu_loop):
+def test_stack_function_gradcheck_and_gradgradcheck():
     x, h0, c0, params = stack_case("cpu", 2, 2)
 
     def f(x, h0, c0, *params):
@@ -921,7 +914,7 @@ def test_packed_training_is_one_stack_node(monkeypatch, device):
 
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("tracked", [True, False], ids=["parameters-tracked", "parameters-detached"])
-def test_stack_function_vjp_in_its_input(stack_on_the_cpu_loop, monkeypatch, packed, tracked):
+def test_stack_function_vjp_in_its_input(monkeypatch, packed, tracked):
     """torch.func.vjp and grad in the stack's input, its parameters tracked by autograd or not:
     the double backward that torch.func runs differentiates the layer-by-layer path through
     torch.func itself (a torch.autograd.grad of a recomputation would see no transform's tensors
@@ -967,20 +960,21 @@ def test_packed_training_under_torch_func(monkeypatch, device, stacked):
     torch.testing.assert_close(pullback(torch.ones((), dtype=torch.float64, device=device))[0], want[-1])
 
 
-@requires_cuda
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
-def test_stack_function_on_cuda(monkeypatch, dtype):
-    """On CUDA a bidirectional layer's training on the fused route is one LLTMStackFunction
-    node: the same bits as the layer-by-layer path, outputs and every gradient."""
+def test_stack_function_in_the_layer(monkeypatch, device, dtype):
+    """A bidirectional padded layer's training is one LLTMStackFunction node, on CUDA's fused
+    route and on the CPU's library loop: the same bits as the layer-by-layer path, outputs and
+    every gradient."""
     calls = []
     apply = pyroundlib.layer.LLTMStackFunction.apply
     monkeypatch.setattr(pyroundlib.layer.LLTMStackFunction, "apply", lambda *a: calls.append(1) or apply(*a))
     for num_layers, bias, batch_first in ((2, True, False), (3, False, True)):
         torch.manual_seed(0)
         layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bias=bias, batch_first=batch_first,
-                                     bidirectional=True, device="cuda", dtype=dtype)
-        x = torch.randn(*((B, T, I) if batch_first else (T, B, I)), device="cuda", dtype=dtype, requires_grad=True)
-        state = [torch.randn(2 * num_layers, B, S, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2)]
+                                     bidirectional=True, device=device, dtype=dtype)
+        x = torch.randn(*((B, T, I) if batch_first else (T, B, I)), device=device, dtype=dtype, requires_grad=True)
+        state = [torch.randn(2 * num_layers, B, S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
         inputs = [x, *layer.parameters(), *state]
         for given in (state, None):
             got = flat(layer(x, given))
@@ -996,12 +990,12 @@ def test_stack_function_on_cuda(monkeypatch, dtype):
     assert len(calls) == 4
 
 
-@requires_cuda
-def test_stack_function_under_torch_func():
+@pytest.mark.parametrize("device", DEVICES)
+def test_stack_function_under_torch_func(device):
     """torch.func.grad and vmap over a layer whose training takes LLTMStackFunction."""
-    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device="cuda", dtype=torch.float64)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=torch.float64)
     params = dict(layer.named_parameters())
-    xs = torch.randn(3, T, B, I, device="cuda", dtype=torch.float64)
+    xs = torch.randn(3, T, B, I, device=device, dtype=torch.float64)
 
     def loss(p, x):
         output, (h, c) = torch.func.functional_call(layer, p, (x,))
