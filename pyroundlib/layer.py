@@ -18,7 +18,7 @@ reverse one and writes nn.LSTM's output layout, h_n and c_n in place
 at (T, B, I, S) = (8, 32, 8, 64) padded, 0.36x packed (H100, benchmarks/NOTES.md).  In
 training the stack is one autograd node (``LLTMStackFunction``) over the calls a node per
 direction would make: a bidirectional padded stack on that route (on the CPU, the library
-loop's), 0.72-0.80x the time forward+backward on an H100, and a pack on any device, 0.85-0.93x.
+loop's), 0.72-0.80x the time forward+backward on an H100, and a pack on any device, 0.85-0.99x.
 """
 from __future__ import annotations
 
