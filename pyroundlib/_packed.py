@@ -52,7 +52,11 @@ class Pack:
     the node's forward is not."""
 
     def __init__(self, batch_sizes: Tensor, device: torch.device):
-        sizes = self.host_sizes = batch_sizes.to("cpu", torch.int64).tolist()
+        try:
+            sizes = [int(size) for size in batch_sizes.tolist()]
+        except RuntimeError:  # torch 2.4 inside a torch.func transform: tolist() refuses any tensor
+            sizes = [int(size) for size in batch_sizes]  # (a step at a time: only there)
+        self.host_sizes = sizes
         if any(b > a for a, b in zip(sizes, sizes[1:])) or min(sizes, default=1) < 1:
             raise ValueError(f"batch_sizes must not grow and stay >= 1 (a PackedSequence's), got {sizes}")
         self.steps, self.rows = len(sizes), sum(sizes)
