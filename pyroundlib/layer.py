@@ -255,12 +255,11 @@ class _Packed:
 class LLTMStackFunction(torch.autograd.Function):
     """A stack's training as one autograd node: a bidirectional padded batch where the fused
     CUDA kernels (on the CPU: the library loop) take every layer, or a pack on any device
-    (``LLTMLayer`` picks it).  Each
-    direction's forward and backward are the calls a layer-by-layer node would make (``layout``:
-    ``_Padded`` or ``_Packed``), the same bits; one node and its own buffers instead of a node
-    per direction and the flips, concatenations and stacks between them (0.72-0.80x the time of
-    a 2-layer bidirectional layer's fwd+bwd at small sizes on an H100, padded;
-    benchmarks/NOTES.md).
+    (``LLTMLayer`` picks it).  Each direction's forward and backward are the calls a
+    layer-by-layer node would make (``layout``: ``_Padded`` or ``_Packed``), the same bits; one
+    node and its own buffers instead of a node per direction and the flips, concatenations and
+    stacks between them (0.72-0.80x the time of a 2-layer bidirectional layer's fwd+bwd at small
+    sizes on an H100, padded; benchmarks/NOTES.md).
 
     ``apply(x, h0, c0, layout, *params) -> (output, h_n, c_n, *saved)``: x [T, B, I] (a pack:
     its rows [N, I]), h0 and c0 [L*D, B, S], params (weights, bias) per layer and direction;
