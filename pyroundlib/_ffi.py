@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 10  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 11  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -98,10 +98,10 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_sequence_fused_backward_cuda", STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
                                                        _I64, _I64, _I64, _I64, _INT, _INT, _P)),
     #                                                   input weights bias weights_reverse bias_reverse h0 c0
-    #                                                   first lengths output h_n c_n directions steps batch
-    #                                                   features state dtype device stream
-    ("prl_lltm_layer_fused_inference_cuda",   STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64,
-                                                       _I64, _I64, _I64, _INT, _INT, _P)),
+    #                                                   first lengths order output h_n c_n directions steps
+    #                                                   batch features state dtype device stream
+    ("prl_lltm_layer_fused_inference_cuda",   STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64,
+                                                       _I64, _I64, _I64, _I64, _INT, _INT, _P)),
 )
 
 

@@ -13,9 +13,11 @@ Where no gradient is wanted (inference) and the fused CUDA kernels take every la
 sequences of small states), the whole stack is one op, ``pyroundlib::lltm_layers_inference``:
 one trip through the dispatcher, no autograd node, and each layer's directions in one launch
 that reads the sequence (or a pack's rows, each sequence its own steps) backwards for the
-reverse one and writes nn.LSTM's output layout, h_n and c_n in place
-(``prl_lltm_layer_fused_inference_cuda``).  0.28x the time of the layer-by-layer inference
-at (T, B, I, S) = (8, 32, 8, 64) padded, 0.36x packed (H100, benchmarks/NOTES.md).  In
+reverse one and writes nn.LSTM's output layout, h_n and c_n in place, a pack's states in the
+caller's order (``prl_lltm_layer_fused_inference_cuda``).  0.28x the time of the
+layer-by-layer inference at (T, B, I, S) = (8, 32, 8, 64) padded, 0.36x packed (H100,
+benchmarks/NOTES.md).  On the CPU the op runs a padded batch, each direction the library
+loop's call (0.85-0.88x the layer-by-layer time at that size).  In
 training the stack is one autograd node (``LLTMStackFunction``) over the calls a node per
 direction would make: a bidirectional padded stack on that route (on the CPU, the library
 loop's), 0.72-0.80x the time forward+backward on an H100, and a pack on any device, 0.85-0.99x.
@@ -35,7 +37,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import sequence
 from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
-                      check_tensor, define_op, exporting, has_tangent, no_gradient_wanted)
+                      check_tensor, define_op, exporting, has_tangent, no_gradient_wanted, ptr)
 from . import _packed
 from ._packed import Pack, packed_direction
 from .sequence import lltm_sequence
@@ -43,13 +45,13 @@ from .sequence import lltm_sequence
 _layer_inference_kernel = Kernel("lltm_layer_fused_inference", cpu=False)
 
 
-def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, lengths=None) -> None:
+def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, lengths=None, order=None) -> None:
     """Raise TypeError/ValueError naming the first bad argument of lltm_layers_inference."""
     check_tensor("input", input)
     if (first is None) != (lengths is None):
         raise ValueError("first and lengths must both be given (a pack) or both be None (a padded batch)")
     if first is not None:
-        for name, t in (("first", first), ("lengths", lengths)):
+        for name, t in (("first", first), ("lengths", lengths)) + ((("order", order),) if order is not None else ()):
             if not isinstance(t, Tensor) or t.dtype != torch.int64 or t.dim() != 1 or t.device != input.device:
                 raise ValueError(f"{name} must be a 1-D int64 tensor on {input.device} (a pack's), got "
                                  f"{t.dtype if isinstance(t, Tensor) else type(t).__name__}")
@@ -58,6 +60,9 @@ def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, leng
                              f"{list(input.shape)}")
     elif input.dim() != 3:
         raise ValueError(f"input must be 3-D [time, batch, input_features], got shape {list(input.shape)}")
+    if order is not None and (first is None or order.shape != lengths.shape):
+        raise ValueError(f"order must be given with a pack only, one row a sequence (as lengths), got shape "
+                         f"{list(order.shape)}")
     if directions not in (1, 2):
         raise ValueError(f"directions must be 1 or 2, got {directions}")
     if not weights or len(weights) % directions or len(bias) != len(weights):
@@ -68,46 +73,53 @@ def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, leng
     steps, batch, features = input.shape if first is None else (len(first), len(lengths), input.shape[1])
     state = weights[0].shape[0] // 3 if weights[0].dim() == 2 else 0
     dtype, device = input.dtype, input.device
-    states = [] if h0 is None else [("h0", h0), ("c0", c0)]
-    tensors = states + [(f"{name}[{k}]", t) for name, ts in (("weights", weights), ("bias", bias))
-                        for k, t in enumerate(ts)]
-    expected = [(len(weights), batch, state)] * len(states) + \
-        [(3 * state, state + (features if k < directions else directions * state)) for k in range(len(weights))] + \
-        [(3 * state,)] * len(bias)
-    for (name, t), shape in zip(tensors, expected):
-        if not (isinstance(t, Tensor) and t.dtype == dtype and t.device == device and t.shape == shape):
-            check_like(name, t, "input", input)  # raises for a wrong type, dtype or device
-            meaning = "[num_layers*num_directions, batch, state_size]" if name[0] in "hc" else \
-                "[3*state_size]" if name[0] == "b" else f"[3*state_size, state_size+{shape[1] - state}]"
-            check_shape(name, t, shape, meaning)
+    # (shape, name, tensors, index of the first): h0 and c0, the first layer's weights, the
+    # later layers' (D*S inputs), the biases; the names formed only for a bad argument
+    expected = (((len(weights), batch, state), "h0", (h0, c0) if h0 is not None else (), 0),
+                ((3 * state, state + features), "weights", weights[:directions], 0),
+                ((3 * state, state + directions * state), "weights", weights[directions:], directions),
+                ((3 * state,), "bias", bias, 0))
+    for shape, name, tensors, offset in expected:
+        for k, t in enumerate(tensors):
+            if not (isinstance(t, Tensor) and t.dtype == dtype and t.device == device and t.shape == shape):
+                name, meaning = (("h0", "c0")[k], "[num_layers*num_directions, batch, state_size]") if name == "h0" \
+                    else (f"bias[{k}]", "[3*state_size]") if name == "bias" \
+                    else (f"weights[{offset + k}]", f"[3*state_size, state_size+{shape[1] - state}]")
+                check_like(name, t, "input", input)  # raises for a wrong type, dtype or device
+                check_shape(name, t, shape, meaning)
 
 
 def _all_fused(t: Tensor, steps: int, batch: int, features: int, state: int, directions: int, layers: int,
                inference: bool = True, route: str = sequence.FUSED) -> bool:
     """Whether every layer takes the fused kernels (or ``route``: sequence._route), in inference
-    or training."""
-    return all(sequence._route(t, steps, batch, features if k == 0 else directions * state, state, inference=inference)
-               is route for k in range(layers))
+    or training.  The layers past the first share an input width (D*S): two routes to ask."""
+    widths = {features} if layers == 1 else {features, directions * state}
+    return all(sequence._route(t, steps, batch, width, state, inference=inference) is route for width in widths)
 
 
 def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h0: Optional[Tensor],
                      c0: Optional[Tensor], directions: int, first: Optional[Tensor] = None,
-                     lengths: Optional[Tensor] = None):
-    """Every layer and direction's forward, no backward following, where the fused CUDA
-    kernels take every layer: input [T, B, I] (T >= 1), weights and bias in nn.LSTM's order, h0
-    and c0 [L*D, B, S] (None: zeros) -> (output [T, B, D*S], h_n, c_n [L*D, B, S]).  A pack
-    (``_packed.Pack``): input its rows [N, I], first and lengths its ``first`` and ``lengths``
-    (their shapes are checked, their values, on the device, are the Pack's to get right);
-    output [N, D*S], the states in its sorted order."""
-    _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths)
+                     lengths: Optional[Tensor] = None, order: Optional[Tensor] = None):
+    """Every layer and direction's forward, no backward following: on CUDA with the fused
+    kernels (where they fit every layer's sizes), on the CPU with its library loop (padded
+    only).  input [T, B, I] (T >= 1), weights and bias in nn.LSTM's order, h0 and c0
+    [L*D, B, S] (None: zeros) -> (output [T, B, D*S], h_n, c_n [L*D, B, S]).  A pack
+    (``_packed.Pack``, CUDA): input its rows [N, I], first and lengths its ``first`` and
+    ``lengths`` (their shapes are checked, their values, on the device, are the Pack's to get
+    right); output [N, D*S]; the states in its sorted order, or with ``order`` (its
+    ``sorted_indices``) in the caller's: sorted row b is state row order[b]."""
+    _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths, order)
     steps, batch, features = input.shape if first is None else (len(first), len(lengths), input.shape[1])
     state = weights[0].shape[0] // 3
     layers = len(weights) // directions
-    if input.is_cuda and _all_fused(input, steps, batch, features, state, directions, layers):
+    widths = {features} if layers == 1 else {features, directions * state}
+    if input.is_cuda and all(sequence._fits(sequence._fused_fits, "prl_lltm_sequence_fused_cuda_fits", input, batch,
+                                            width, state) for width in widths):
         # every layer's directions in one launch, h_n and c_n written in place; the states'
         # rows [k*D, (k+1)*D) are layer k's, at a byte offset of its own
         x = input.contiguous()
-        pack = (None, None) if first is None else (first.contiguous().data_ptr(), lengths.contiguous().data_ptr())
+        first, lengths, order = (None if t is None else t.contiguous() for t in (first, lengths, order))
+        pack = (ptr(first), ptr(lengths), ptr(order))  # held above while the launches read them
         h_n, c_n = x.new_empty(len(weights), batch, state), x.new_empty(len(weights), batch, state)
         h0, c0 = (None, None) if h0 is None else (h0.contiguous(), c0.contiguous())
         step = directions * batch * state * x.element_size()
@@ -122,13 +134,32 @@ def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h
                                     directions, steps, batch, x.shape[-1], state, DTYPE_CODES[x.dtype])
             x = output
         return x, h_n, c_n
-    raise ValueError(f"lltm_layers_inference runs where the fused CUDA kernels take every layer, not at steps={steps}, "
-                     f"batch={batch}, input_features={features}, state_size={state}, {input.dtype} on {input.device} "
-                     f"(LLTMLayer runs such a stack layer by layer)")
+    if input.is_cpu and first is None and batch * 3 * state < 2**31:  # sizes the library loop takes
+        # each direction the library loop's call, as lltm_sequence's (the reverse one over the
+        # sequence flipped in time): one dispatch for the stack instead of one a direction
+        x, zeros, h_n, c_n = input.contiguous(), input.new_zeros(batch, state), [], []
+        weights, bias = [w.contiguous() for w in weights], [b.contiguous() for b in bias]
+        h0, c0 = (None, None) if h0 is None else (h0.contiguous(), c0.contiguous())
+        for k in range(layers):
+            outputs = []
+            for d in range(directions):
+                i = k * directions + d
+                output, c, _, _ = sequence._forward_one_call(x.flip(0) if d else x, weights[i], bias[i],
+                                                              zeros if h0 is None else h0[i], zeros if c0 is None else c0[i])
+                outputs.append(output.flip(0) if d else output)
+                h_n.append(output[-1])
+                c_n.append(c)
+            x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
+        return x, torch.stack(h_n), torch.stack(c_n)
+    raise ValueError(f"lltm_layers_inference runs a padded batch on the CPU (the library loop) and, on CUDA, a padded "
+                     f"batch or a pack where the fused kernels take every layer; not at steps={steps}, batch={batch}, "
+                     f"input_features={features}, state_size={state}, {input.dtype}, "
+                     f"{'a pack' if first is not None else 'padded'} on {input.device} (LLTMLayer runs such a stack "
+                     f"layer by layer)")
 
 
-def _stack_fake(input, weights, bias, h0, c0, directions, first=None, lengths=None):
-    _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths)
+def _stack_fake(input, weights, bias, h0, c0, directions, first=None, lengths=None, order=None):
+    _check_stack_args(input, weights, bias, h0, c0, directions, first, lengths, order)
     state = weights[0].shape[0] // 3
     batch = input.shape[1] if first is None else lengths.shape[0]
     return (input.new_empty(*input.shape[:-1], directions * state), input.new_empty(len(weights), batch, state),
@@ -136,11 +167,12 @@ def _stack_fake(input, weights, bias, h0, c0, directions, first=None, lengths=No
 
 
 define_op("lltm_layers_inference(Tensor input, Tensor[] weights, Tensor[] bias, Tensor? h0, Tensor? c0, "
-          "int directions, Tensor? first=None, Tensor? lengths=None) -> (Tensor, Tensor, Tensor)", _stack_inference,
+          "int directions, Tensor? first=None, Tensor? lengths=None, Tensor? order=None) -> (Tensor, Tensor, Tensor)",
+          _stack_inference,
           _stack_fake)
 
 
-def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions, first=None, lengths=None):
+def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions, first=None, lengths=None, order=None):
     """vmap of lltm_layers_inference: one stack per index of the vmapped dimension."""
     def at(t, dim, i):
         return t if dim is None else t.select(dim, i)
@@ -151,7 +183,7 @@ def _stack_vmap(info, in_dims, input, weights, bias, h0, c0, directions, first=N
     outs = [torch.ops.pyroundlib.lltm_layers_inference.default(
         at(input, in_dims[0], i), each(weights, in_dims[1], i), each(bias, in_dims[2], i),
         None if h0 is None else at(h0, in_dims[3], i), None if c0 is None else at(c0, in_dims[4], i), directions,
-        first, lengths) for i in range(info.batch_size)]
+        first, lengths, order) for i in range(info.batch_size)]
     return tuple(torch.stack(o) for o in zip(*outs)), (0, 0, 0)
 
 
@@ -450,7 +482,7 @@ class LLTMLayer(torch.nn.Module):
             state, legacy = tuple(t.unsqueeze(0) for t in state), True
         if state is not None:
             state = self._check_state(state, layers, batch, batched)
-        x, h_n, c_n = self._layers(x, batch, state)
+        x, h_n, c_n = self._inference_stack(x, x.shape[0], batch, state) or self._layers(x, batch, state)
         if legacy:
             h_n, c_n = h_n[0], c_n[0]
         if not batched:
@@ -469,11 +501,17 @@ class LLTMLayer(torch.nn.Module):
                              f"{list(data.shape) if isinstance(data, Tensor) else type(data).__name__}")
         if state is not None:
             state = self._check_state(state, self.num_layers * (2 if self.bidirectional else 1), pack.batch, True)
-            if sorted_indices is not None:
-                state = [t.index_select(1, sorted_indices) for t in state]
-        x, h_n, c_n = self._layers(data, pack.batch, state, pack)
-        if unsorted_indices is not None:
-            h_n, c_n = h_n.index_select(1, unsorted_indices), c_n.index_select(1, unsorted_indices)
+        # the states in the caller's order: the stack op reads and writes them so, else permuted here
+        order = None if sorted_indices is None else sorted_indices.to(data.device)
+        result = self._inference_stack(data, pack.steps, pack.batch, state, pack, order)
+        if result is None:
+            if order is not None and state is not None:
+                state = [t.index_select(1, order) for t in state]
+            result = self._layers(data, pack.batch, state, pack)
+            if unsorted_indices is not None:
+                back = unsorted_indices.to(data.device)
+                result = (result[0], result[1].index_select(1, back), result[2].index_select(1, back))
+        x, h_n, c_n = result
         return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
 
     def _layers(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None):
@@ -481,13 +519,9 @@ class LLTMLayer(torch.nn.Module):
         pack's data [N, features]; state checked, or None.  -> (output, h_n, c_n), the output
         shaped as x with D*S features."""
         directions = 2 if self.bidirectional else 1
-        if x.shape[0] and DIRECT_WITHOUT_GRAD and not (self.dropout > 0 and self.training and self.num_layers > 1) \
-                and no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ())):
-            steps, batch = (x.shape[0], x.shape[1]) if pack is None else (pack.steps, pack.batch)
-            if x.is_cuda and _all_fused(x, steps, batch, self.input_features, self.state_size, directions,
-                                        self.num_layers):
-                return self._stack_inference(x, state, pack)
-        elif x.shape[0] and not (self.dropout > 0 and self.training and self.num_layers > 1) \
+        if x.shape[0] and not (self.dropout > 0 and self.training and self.num_layers > 1) \
+                and not (DIRECT_WITHOUT_GRAD and no_gradient_wanted(itertools.chain((x,), self.parameters(),
+                                                                                   state or ()))) \
                 and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or exporting()) \
                 and (pack is not None or self.bidirectional
                      and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
@@ -506,11 +540,14 @@ class LLTMLayer(torch.nn.Module):
 
     def _direction_parameters(self) -> List[Tuple[Tensor, Tensor]]:
         """(weights, bias) of each layer and direction in nn.LSTM's order (zeros with bias=False)."""
-        params = []
+        def get(name):  # the registered parameter, else what the attribute is (a parametrization's)
+            value = own.get(name)
+            return value if value is not None else getattr(self, name)
+
+        params, own = [], self._parameters
         for suffix, _ in self._parameter_shapes():
-            weights = getattr(self, f"weights{suffix}")
-            params.append((weights, getattr(self, f"bias{suffix}") if self.has_bias
-                           else weights.new_zeros(3 * self.state_size)))
+            weights = get(f"weights{suffix}")
+            params.append((weights, get(f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)))
         return params
 
     def _stack_training(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None):
@@ -534,14 +571,25 @@ class LLTMLayer(torch.nn.Module):
                                                        *(p.contiguous() for p in params))
         return output, h_n, c_n
 
-    def _stack_inference(self, x: Tensor, state, pack: Optional[Pack] = None):
-        """_layers where no gradient is wanted: one op for the whole stack (above)."""
+    def _inference_stack(self, x: Tensor, steps: int, batch: int, state, pack: Optional[Pack] = None,
+                         order: Optional[Tensor] = None):
+        """Where no gradient is wanted and the fused CUDA kernels (on the CPU: its library loop,
+        padded only) take every layer, the whole stack as one op (above): (output, h_n, c_n),
+        a pack's states in the caller's order (``order``: its sorted_indices); else None."""
+        if not (steps and DIRECT_WITHOUT_GRAD and not (self.dropout > 0 and self.training and self.num_layers > 1)
+                and no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ()))):
+            return None
+        directions = 2 if self.bidirectional else 1
+        if not (_all_fused(x, steps, batch, self.input_features, self.state_size, directions, self.num_layers)
+                if x.is_cuda else pack is None and _all_fused(x, steps, batch, self.input_features, self.state_size,
+                                                              directions, self.num_layers, route=sequence.ONE_CALL)):
+            return None
         weights, bias = zip(*self._direction_parameters())
         x, *weights = autocast_cast((x, *weights))
         bias = list(autocast_cast(bias))
         h0, c0 = (None, None) if state is None else autocast_cast(tuple(state))
         return torch.ops.pyroundlib.lltm_layers_inference.default(
-            x, weights, bias, h0, c0, 2 if self.bidirectional else 1, *(() if pack is None else (pack.first, pack.lengths)))
+            x, weights, bias, h0, c0, directions, *(() if pack is None else (pack.first, pack.lengths, order)))
 
     def _check_state(self, state, layers: int, batch: int, batched: bool):
         if not (isinstance(state, (tuple, list)) and len(state) == 2):

@@ -303,6 +303,37 @@ def test_earlier_checkpoints_and_names():
     assert "bias=False" in repr(pyroundlib.LLTMLayer(I, S, bias=False, num_layers=2))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_parametrized_and_swapped_parameters(device):
+    """Parameters as users reshape them: a parametrization (weight_norm) on some of them, and
+    torch.func.functional_call's swapped tensors: the layer computes with what its attributes
+    are, in training (gradients reach the parametrization's tensors) and in inference."""
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=torch.float64)
+    for name in ("weights_l0", "bias_l1_reverse"):
+        torch.nn.utils.parametrizations.weight_norm(layer, name)
+    x = torch.randn(T, B, I, device=device, dtype=torch.float64, requires_grad=True)
+    got, want = flat(layer(x)), flat(reference(layer, x))
+    torch.testing.assert_close(got, want)
+    leaves = [x, *layer.parameters()]
+    assert any("parametrizations" in name for name, _ in layer.named_parameters())
+    torch.testing.assert_close(torch.autograd.grad(sum(t.sum() for t in got), leaves),
+                               torch.autograd.grad(sum(t.sum() for t in want), leaves))
+    with torch.inference_mode():
+        torch.testing.assert_close(flat(layer(x.detach())), [t.detach() for t in want])
+    plain = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=torch.float64)
+    swapped = {name: torch.randn_like(p) * 0.3 for name, p in plain.named_parameters()}
+    want = flat(reference(plain, x.detach()))
+    for mode in (torch.no_grad, torch.enable_grad):
+        with mode():
+            got = flat(torch.func.functional_call(plain, swapped, (x.detach(),)))
+        assert not torch.equal(got[0], want[0])  # the swapped parameters, not the layer's own
+        plain.load_state_dict(swapped)
+        torch.testing.assert_close(got, flat(reference(plain, x.detach())))
+        plain = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=torch.float64)
+        want = flat(reference(plain, x.detach()))
+
+
 def test_compile_fullgraph_stacked_both_directions():
     torch._dynamo.reset()
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, batch_first=True)
@@ -601,10 +632,16 @@ def test_tracing_does_not_touch_the_deprecated_names():
 # ---- inference: the whole stack as one op (pyroundlib::lltm_layers_inference) ----------------
 
 def counting_stack_calls(monkeypatch):
+    """A list that gets an entry for each stack op a layer runs."""
     calls = []
-    run = pyroundlib.layer.LLTMLayer._stack_inference
-    monkeypatch.setattr(pyroundlib.layer.LLTMLayer, "_stack_inference",
-                        lambda self, *args: calls.append(1) or run(self, *args))
+    run = pyroundlib.layer.LLTMLayer._inference_stack
+
+    def counted(self, *args):
+        result = run(self, *args)
+        if result is not None:
+            calls.append(1)
+        return result
+    monkeypatch.setattr(pyroundlib.layer.LLTMLayer, "_inference_stack", counted)
     return calls
 
 
@@ -634,10 +671,10 @@ def poison_cuda_memory(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_layers,bidirectional,batch_first,bias", CONFIGS)
 def test_inference_runs_the_stack_as_one_op(monkeypatch, device, num_layers, bidirectional, batch_first, bias):
-    """Under inference_mode and no_grad a padded batch on CUDA runs every layer and direction in
-    one op (the fused kernels' layer launch: both directions at once, the reverse reading the
-    sequence backwards); on the CPU layer by layer.  Against the float64 reference, given a
-    state or not, unbatched too."""
+    """Under inference_mode and no_grad a padded batch runs every layer and direction in one op
+    (on CUDA the fused kernels' layer launch: both directions at once, the reverse reading the
+    sequence backwards; on the CPU the library loop's call a direction).  Against the float64
+    reference, given a state or not, unbatched too."""
     calls = counting_stack_calls(monkeypatch)
     layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bias=bias, batch_first=batch_first,
                                  bidirectional=bidirectional, device=device, dtype=torch.float64)
@@ -653,7 +690,7 @@ def test_inference_runs_the_stack_as_one_op(monkeypatch, device, num_layers, bid
         got = layer(x[0] if batch_first else x[:, 0], [t[:, 0] for t in state])  # unbatched
     check_inference(layer, x[:1] if batch_first else x[:, :1], [t[:, :1] for t in state],
                     (got[0].unsqueeze(0 if batch_first else 1), [t.unsqueeze(1) for t in got[1]]))
-    assert len(calls) == (4 if device == "cuda" else 0)
+    assert len(calls) == 4
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -662,7 +699,8 @@ def test_inference_runs_the_stack_as_one_op(monkeypatch, device, num_layers, bid
 @pytest.mark.parametrize("steps", [5, 40])
 def test_inference_stack_on_every_route(monkeypatch, device, dtype, route, steps):
     """Inference on each sequence route, every dtype: the stack op where the fused kernels take
-    every layer (CUDA; by default below 32 steps), else layer by layer."""
+    every layer (CUDA; by default below 32 steps) or the CPU's library loop does (but with =0),
+    else layer by layer."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
     calls = counting_stack_calls(monkeypatch)
     torch.manual_seed(0)
@@ -673,7 +711,7 @@ def test_inference_stack_on_every_route(monkeypatch, device, dtype, route, steps
     with torch.inference_mode():
         got = layer(x, state)
     check_inference(layer, x, state, got)
-    assert len(calls) == (device == "cuda" and (route == "fused" or (route == "" and steps < 32)))
+    assert len(calls) == (route != "0" if device == "cpu" else route == "fused" or (route == "" and steps < 32))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -691,7 +729,7 @@ def test_inference_stack_only_where_no_gradient_is_wanted(monkeypatch, device):
     layer.eval()
     with torch.no_grad():
         check_inference(layer, x, None, layer(x))
-    assert len(calls) == (device == "cuda")
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -706,8 +744,8 @@ def test_inference_stack_under_vmap(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_inference_stack(device):
-    """The stack op's argument checks name the argument (on any device); opcheck on CUDA, the
-    only device it runs on."""
+    """The stack op's argument checks name the argument; opcheck on every device (the CPU runs
+    a padded batch only)."""
     torch.manual_seed(0)
     x = torch.randn(T, B, I, device=device)
     weights = [torch.randn(3 * S, S + w, device=device) * 0.3 for w in (I, I, 2 * S, 2 * S)]
@@ -723,9 +761,9 @@ def test_opcheck_inference_stack(device):
     with pytest.raises(TypeError, match=r"bias\[1\] has dtype torch.float64"):
         run(x, weights, [bias[0], bias[1].double()] + bias[2:], h0, c0, 2)
     if device == "cpu":
-        with pytest.raises(ValueError, match="runs where the fused CUDA kernels take every layer"):
-            run(x, weights, bias, h0, c0, 2)
-        return
+        with pytest.raises(ValueError, match="runs a padded batch on the CPU"):
+            run(x.flatten(0, 1), weights, bias, h0, c0, 2, torch.zeros(T, dtype=torch.int64),
+                torch.full((B,), T, dtype=torch.int64))
     for state in ((h0, c0), (None, None)):
         torch.library.opcheck(run.default, (x, weights, bias, *state, 2))
 
@@ -780,9 +818,25 @@ def test_opcheck_inference_stack_on_a_pack():
     bias = [torch.randn(3 * S, device="cuda") for _ in weights]
     h0, c0 = torch.randn(4, 4, S, device="cuda"), torch.randn(4, 4, S, device="cuda")
     args = (packed.data, weights, bias, h0, c0, 2, pack.first, pack.lengths)
-    torch.library.opcheck(torch.ops.pyroundlib.lltm_layers_inference.default, args)
+    run = torch.ops.pyroundlib.lltm_layers_inference
+    torch.library.opcheck(run.default, args)
     with pytest.raises(ValueError, match="lengths must be a 1-D int64 tensor"):
-        torch.ops.pyroundlib.lltm_layers_inference(*args[:-1], pack.lengths.int())
+        run(*args[:-1], pack.lengths.int())
+    # order: the states' rows in the caller's order (sorted row b is state row order[b])
+    order = torch.tensor([2, 0, 3, 1], device="cuda")
+    torch.library.opcheck(run.default, (*args, order))
+    poison_cuda_memory("cuda")
+    output, h_n, c_n = run(packed.data, weights, bias, h0, c0, 2, pack.first, pack.lengths, order)
+    sorted_h0, sorted_c0 = h0.index_select(1, order), c0.index_select(1, order)
+    want = run(packed.data, weights, bias, sorted_h0, sorted_c0, 2, pack.first, pack.lengths)
+    back = torch.argsort(order)
+    assert not torch.isnan(h_n).any() and not torch.isnan(c_n).any(), "elements not written"
+    torch.testing.assert_close((output, h_n, c_n), (want[0], want[1].index_select(1, back),
+                                                    want[2].index_select(1, back)))
+    for bad, message in ((order.int(), "order must be a 1-D int64 tensor"), (order[:3], "order must be given with a "
+                                                                                     "pack only, one row a sequence")):
+        with pytest.raises(ValueError, match=message):
+            run(*args, bad)
 
 
 @requires_cuda
@@ -816,7 +870,7 @@ def test_inference_under_autocast(monkeypatch, device):
     want = flat(reference(layer.double().cpu(), x.double().cpu(), [t.double().cpu() for t in state]))
     for g, w in zip(flat(got), want):
         assert (g.double().cpu() - w).norm() <= 0.05 * w.norm() + 1e-2
-    assert len(calls) == (device == "cuda")
+    assert len(calls) == 1
 
 
 # ---- training: the whole stack as one autograd node (LLTMStackFunction) ----------------------
@@ -1005,3 +1059,21 @@ def test_stack_function_under_torch_func(device):
         want = torch.autograd.grad(loss(params, x), list(params.values()))
         for name, w in zip(params, want):
             torch.testing.assert_close(got[name][i], w)
+
+
+@pytest.mark.parametrize("num_layers,bidirectional,batch_first,bias", CONFIGS)
+def test_cpu_inference_stack_is_the_layer_by_layer_path(monkeypatch, num_layers, bidirectional, batch_first, bias):
+    """On the CPU the stack op makes the layer-by-layer path's library calls: the same bits,
+    given a state or not."""
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                                 bidirectional=bidirectional)
+    x = torch.randn(*((B, T, I) if batch_first else (T, B, I)))
+    state = [torch.randn(num_layers * (2 if bidirectional else 1), B, S) for _ in range(2)]
+    for given in (None, state):
+        with torch.inference_mode():
+            got = flat(layer(x, given))
+            monkeypatch.setattr(pyroundlib.layer.LLTMLayer, "_inference_stack", lambda self, *args: None)
+            want = flat(layer(x, given))
+            monkeypatch.undo()
+        assert all(torch.equal(g, w) for g, w in zip(got, want))

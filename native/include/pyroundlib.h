@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 10
+#define PRL_ABI_VERSION 11
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -342,12 +342,17 @@ PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *grad_output
  * lengths [batch], int64 in device memory: step t's first sequence is row first[t] of input
  * and output, and sequence b runs lengths[b] steps (lengths[0] = T, none longer than the one
  * before).  Each runs exactly its own steps, the reverse direction from its own last step,
- * and its h_n and c_n are the state there.  Both NULL: a padded batch. */
+ * and its h_n and c_n are the state there.  Both NULL: a padded batch.
+ * order [batch], int64 in device memory, or NULL (the identity): the rows of h0, c0, h_n
+ * and c_n that row b of the batch reads and writes are order[b] (a PackedSequence's
+ * sorted_indices: the states in the caller's order, the rows in the pack's).  A permutation
+ * of 0 .. batch - 1, not checked; a value out of range reads zeros and writes nothing. */
 PRL_API prl_status prl_lltm_layer_fused_inference_cuda(const void *input, const void *weights, const void *bias,
                                                        const void *weights_reverse, const void *bias_reverse,
                                                        const void *h0, const void *c0, const int64_t *first,
-                                                       const int64_t *lengths, void *output, void *h_n,
-                                                       void *c_n, int64_t directions, int64_t steps,
+                                                       const int64_t *lengths, const int64_t *order,
+                                                       void *output, void *h_n, void *c_n, int64_t directions,
+                                                       int64_t steps,
                                                        int64_t batch, int64_t features, int64_t state,
                                                        int dtype, int device, void *stream);
 

@@ -86,7 +86,8 @@ PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *, const voi
 
 PRL_API prl_status prl_lltm_layer_fused_inference_cuda(const void *, const void *, const void *, const void *,
                                                        const void *, const void *, const void *, const int64_t *,
-                                                       const int64_t *, void *, void *, void *, int64_t, int64_t,
+                                                       const int64_t *, const int64_t *, void *, void *, void *,
+                                                       int64_t, int64_t,
                                                        int64_t, int64_t, int64_t, int, int, void *) {
     return not_compiled(__func__);
 }

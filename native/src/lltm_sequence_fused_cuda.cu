@@ -64,6 +64,9 @@ template <typename T> struct FusedArgs {
     // first[t]; sequence b runs lengths[b] steps (non-increasing in b, as a PackedSequence sorts
     // them; the reverse direction from its own last step), and its h_n, c_n are its last step's.
     const int64_t *first, *lengths;
+    // A layer's inference (NULL: the identity): the row of h0, c0, h_n and c_n of the batch's
+    // row b is order[b] (a PackedSequence's sorted_indices: its state rows in the caller's order).
+    const int64_t *order;
 };
 
 // A forward launch: blockIdx.y picks the direction (one, or a layer's two side by side).
@@ -135,11 +138,14 @@ template <typename T, int KQ, bool kLayer> __device__ __forceinline__ void fused
         wt[k * P + j] = prl::load(p.w[e]);
     }
     for (int j = threadIdx.x; j < G3; j += blockDim.x) wt[(K1 - 1) * P + j] = prl::load(p.bias[j]);
+    // the state row of batch row b (an order out of range: none, nothing read or written there)
+    const auto state_row = [&](int b) -> int64_t { return kLayer && p.order ? p.order[b] : b; };
     for (int e = threadIdx.x; e < rows * S; e += blockDim.x) {
         const int r = e / S, s = e - r * S;
-        const int64_t at = (int64_t)(b0 + r) * S + s;
-        xh[r * K1 + s] = p.h0 ? prl::load(p.h0[at]) : A(0);  // NULL (a layer's state not given): zeros
-        cell[r * S + s] = p.c0 ? prl::load(p.c0[at]) : A(0);
+        const int64_t row = state_row(b0 + r), at = row * S + s;
+        const bool given = row >= 0 && row < B;
+        xh[r * K1 + s] = p.h0 && given ? prl::load(p.h0[at]) : A(0);  // NULL (a layer's state not given): zeros
+        cell[r * S + s] = p.c0 && given ? prl::load(p.c0[at]) : A(0);
     }
     for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) xh[(e / rows) * p.rows * K1 + (e % rows) * K1 + K1 - 1] = A(1);
 
@@ -186,8 +192,11 @@ template <typename T, int KQ, bool kLayer> __device__ __forceinline__ void fused
             p.output[row * (kLayer ? p.output_pitch : S) + s] = h_stored;
             if (!kLayer) p.cells[row * S + s] = c_stored;
             if (t == steps_of(r) - 1) {
-                if (p.c_n) p.c_n[(int64_t)(b0 + r) * S + s] = c_stored;
-                if (kLayer) p.h_n[(int64_t)(b0 + r) * S + s] = h_stored;
+                const int64_t at = state_row(b0 + r);
+                if (at >= 0 && at < B) {
+                    if (p.c_n) p.c_n[at * S + s] = c_stored;
+                    if (kLayer) p.h_n[at * S + s] = h_stored;
+                }
             }
             cell[r * S + s] = prl::load(c_stored);  // the next step reads both as stored
             next[r * K1 + s] = prl::load(h_stored);
@@ -637,8 +646,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
 
 extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
     const void *input, const void *weights, const void *bias, const void *weights_reverse, const void *bias_reverse,
-    const void *h0, const void *c0, const int64_t *first, const int64_t *lengths, void *output, void *h_n, void *c_n,
-    int64_t directions, int64_t steps, int64_t batch, int64_t features, int64_t state, int dtype, int device,
+    const void *h0, const void *c0, const int64_t *first, const int64_t *lengths, const int64_t *order, void *output,
+    void *h_n, void *c_n, int64_t directions, int64_t steps, int64_t batch, int64_t features, int64_t state, int dtype, int device,
     void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
@@ -681,6 +690,7 @@ extern "C" PRL_API prl_status prl_lltm_layer_fused_inference_cuda(
             a.reverse = d;
             a.first = first;
             a.lengths = lengths;
+            a.order = order;
             a.pitch = l.forward_pitch;
         }
         return launch_forward<T, true>(fn, run, (int)directions, batch, l, static_cast<cudaStream_t>(stream));

@@ -181,8 +181,9 @@ static void fused_case(int dtype, int64_t steps, int64_t batch, int64_t features
     T *out2, *h_n2, *c_n2;
     for (auto [p, count] : {std::pair<T **, int64_t>{&out2, 2 * n}, {&h_n2, 2 * cell}, {&c_n2, 2 * cell}})
         cudaMalloc(p, (size_t)count * sizeof(T));
-    CHECK(prl_lltm_layer_fused_inference_cuda(x, w, bias, w, bias, h2, c2, nullptr, nullptr, out2, h_n2, c_n2, 2,
-                                              steps, batch, features, state, dtype, 0, nullptr) == PRL_SUCCESS);
+    CHECK(prl_lltm_layer_fused_inference_cuda(x, w, bias, w, bias, h2, c2, nullptr, nullptr, nullptr, out2, h_n2,
+                                              c_n2, 2, steps, batch, features, state, dtype, 0, nullptr)
+          == PRL_SUCCESS);
     // the same rows as a pack: sequence b runs steps - b % steps steps, sorted longest first
     std::vector<int64_t> lengths((size_t)batch), first((size_t)steps);
     for (int64_t b = 0; b < batch; ++b) lengths[(size_t)b] = std::max<int64_t>(1, steps - b);
@@ -190,12 +191,16 @@ static void fused_case(int dtype, int64_t steps, int64_t batch, int64_t features
         first[(size_t)t] = row;
         for (int64_t b = 0; b < batch; ++b) row += lengths[(size_t)b] > t;
     }
-    int64_t *first_d, *lengths_d;
+    std::vector<int64_t> order((size_t)batch);  // the states in the caller's order: here the batch reversed
+    for (int64_t b = 0; b < batch; ++b) order[(size_t)b] = batch - 1 - b;
+    int64_t *first_d, *lengths_d, *order_d;
     cudaMalloc(&first_d, (size_t)steps * sizeof(int64_t));
     cudaMalloc(&lengths_d, (size_t)batch * sizeof(int64_t));
+    cudaMalloc(&order_d, (size_t)batch * sizeof(int64_t));
     cudaMemcpy(first_d, first.data(), (size_t)steps * sizeof(int64_t), cudaMemcpyHostToDevice);
     cudaMemcpy(lengths_d, lengths.data(), (size_t)batch * sizeof(int64_t), cudaMemcpyHostToDevice);
-    CHECK(prl_lltm_layer_fused_inference_cuda(x, w, bias, w, bias, nullptr, nullptr, first_d, lengths_d, out2, h_n2,
+    cudaMemcpy(order_d, order.data(), (size_t)batch * sizeof(int64_t), cudaMemcpyHostToDevice);
+    CHECK(prl_lltm_layer_fused_inference_cuda(x, w, bias, w, bias, h2, c2, first_d, lengths_d, order_d, out2, h_n2,
                                               c_n2, 2, steps, batch, features, state, dtype, 0, nullptr)
           == PRL_SUCCESS);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
@@ -203,6 +208,7 @@ static void fused_case(int dtype, int64_t steps, int64_t batch, int64_t features
     for (T *p : {h2, c2, out2, h_n2, c_n2}) cudaFree(p);
     cudaFree(first_d);
     cudaFree(lengths_d);
+    cudaFree(order_d);
 }
 
 int main() {
