@@ -386,20 +386,24 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
 
 LAYER_LABELS = ("float32 TF32 off", "bfloat16")  # the layer cases' precisions
 PADDED = "pyroundlib, padded"  # in the packed cases: our layer on the same batch padded to T
-OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the pack's step loop
+OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the route below the chosen one
 
 
 @contextlib.contextmanager
 def other_packed_route():
-    """The pack's step loop while in the block: the other route where the layer takes one
-    library call per direction, the same route where the kernels do not fit; for the
-    with-and-without row of the one-call route (benchmarks/NOTES.md)."""
-    routes, chosen = pyroundlib.sequence, pyroundlib.sequence._packed_in_one_call
-    routes._packed_in_one_call = lambda t, batch, state: False
+    """The pack's next route down while in the block: the one-call loop where the layer takes
+    the fused kernels, the step loop where it takes the one-call loop (and where the kernels do
+    not fit, the same step loop); the with-and-without row of the chosen route
+    (benchmarks/NOTES.md)."""
+    routes, chosen = pyroundlib.sequence, pyroundlib.sequence._packed_route
+
+    def other(t, steps, batch, features, state):
+        return routes.ONE_CALL if chosen(t, steps, batch, features, state) is routes.FUSED else routes.STEPS
+    routes._packed_route = other
     try:
         yield
     finally:
-        routes._packed_in_one_call = chosen
+        routes._packed_route = chosen
 
 
 def layer_cases(device, steps, batch, features, state, label, packed):

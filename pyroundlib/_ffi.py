@@ -97,6 +97,16 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     #                                                   steps batch features state dtype device stream
     ("prl_lltm_sequence_fused_backward_cuda", STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
                                                        _I64, _I64, _I64, _I64, _INT, _INT, _P)),
+    #                                                   input weights bias h0 c0 first lengths output cells
+    #                                                   gates c_n steps batch rows features state dtype device
+    #                                                   stream
+    ("prl_lltm_packed_fused_forward_cuda",    STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64,
+                                                       _I64, _I64, _INT, _INT, _P)),
+    #                                                   grad_output grad_c_n input weights h0 c0 first lengths
+    #                                                   output cells gates d_gates d_input d_weights d_bias d_h0
+    #                                                   d_c0 steps batch rows features state dtype device stream
+    ("prl_lltm_packed_fused_backward_cuda",   STATUS, (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P,
+                                                       _P, _P, _I64, _I64, _I64, _I64, _I64, _INT, _INT, _P)),
     #                                                   input weights bias weights_reverse bias_reverse h0 c0
     #                                                   first lengths order output h_n c_n directions steps
     #                                                   batch features state dtype device stream

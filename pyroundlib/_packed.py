@@ -1,8 +1,9 @@
 """The LLTM over a packed batch, every sequence run exactly its own steps: each direction of a
-layer is one autograd node whose recurrence is one library call (prl_lltm_sequence_packed_
-forward_* / _backward_*: the CPU loop, and CUDA's persistent kernels where they fit) or, where
-``sequence._packed_in_one_call`` says otherwise, the step loop from Python over each step's rows
-(``_forward_steps``, ``_backward_steps``).
+layer is one autograd node whose recurrence is, as ``sequence._packed_route`` says, the fused
+CUDA kernels over the pack's rows (short packs of small states: prl_lltm_packed_fused_*, the
+input half and every product included), one library call (prl_lltm_sequence_packed_forward_* /
+_backward_*: the CPU loop, and CUDA's persistent kernels where they fit), or the step loop from
+Python over each step's rows (``_forward_steps``, ``_backward_steps``).
 
 A ``PackedSequence``'s data hold step t's rows after those of the steps before it, its
 sequences sorted longest first, so step t has the first ``batch_sizes[t]`` rows of the batch.
@@ -127,20 +128,28 @@ def packed_direction(data: Tensor, pack: Pack, weights: Tensor, bias: Tensor, h0
 
 
 def _forward(data, weights, bias, h0, c0, pack):
-    """One direction's forward over the pack: (output, h_n, c_n, cells, gates, whether in one call)."""
+    """One direction's forward over the pack: (output, h_n, c_n, cells, gates, the route it took:
+    ``sequence._packed_route``)."""
     data, weights, bias, h0, c0 = (t.contiguous() for t in (data, weights, bias, h0, c0))
     state, features = h0.shape[1], data.shape[1]
-    gates = sequence.input_half(data, weights, bias, state)  # the input half of every row
+    route = sequence._packed_route(data, pack.steps, pack.batch, features, state)
     output, cells, c_n = data.new_empty(len(data), state), data.new_empty(len(data), state), torch.empty_like(c0)
-    one_call = sequence._packed_in_one_call(data, pack.batch, state)
-    if one_call:
+    if route is sequence.FUSED:  # the whole forward, input half included, in one launch over the pack's rows
+        gates = data.new_empty(len(data), 3 * state)
+        sequence._packed_fused_forward_kernel(
+            data, data.data_ptr(), weights.data_ptr(), bias.data_ptr(), h0.data_ptr(), c0.data_ptr(),
+            pack.first.data_ptr(), pack.lengths.data_ptr(), output.data_ptr(), cells.data_ptr(), gates.data_ptr(),
+            c_n.data_ptr(), pack.steps, pack.batch, pack.rows, features, state, DTYPE_CODES[data.dtype])
+    elif route is sequence.ONE_CALL:
+        gates = sequence.input_half(data, weights, bias, state)  # the input half of every row
         _forward_kernel(data, gates.data_ptr(), weights.data_ptr(), state + features, h0.data_ptr(),
                         c0.data_ptr(), output.data_ptr(), cells.data_ptr(), c_n.data_ptr(), pack.sizes.data_ptr(),
                         pack.steps, pack.batch, state, DTYPE_CODES[data.dtype])
     else:
+        gates = sequence.input_half(data, weights, bias, state)
         _forward_steps(gates, weights[:, :state], h0, c0, output, cells, pack)
         torch.index_select(cells, 0, pack.last, out=c_n)
-    return output, output.index_select(0, pack.last), c_n, cells, gates, one_call
+    return output, output.index_select(0, pack.last), c_n, cells, gates, route
 
 
 class PackedLLTMFunction(torch.autograd.Function):
@@ -159,7 +168,7 @@ class PackedLLTMFunction(torch.autograd.Function):
         output, _, _, cells, gates = outputs
         ctx.mark_non_differentiable(cells, gates)
         ctx.set_materialize_grads(False)
-        ctx.one_call = sequence._packed_in_one_call(data, ctx.pack.batch, h0.shape[1])  # as _forward chose
+        ctx.route = sequence._packed_route(data, ctx.pack.steps, ctx.pack.batch, data.shape[1], h0.shape[1])  # as _forward
         ctx.save_for_backward(data, weights, bias, h0, c0, output, cells, gates)
 
     @staticmethod
@@ -171,17 +180,26 @@ class PackedLLTMFunction(torch.autograd.Function):
         if grad_h_n is not None:  # h_n is each sequence's output row at its last step
             grad_output = grad_output.index_add(0, ctx.pack.last, grad_h_n)
         return (*_backward(grad_output, grad_c_n, data, weights, h0, c0, output, cells, gates, ctx.pack,
-                           ctx.one_call), None)
+                           ctx.route), None)
 
 
-def _backward(grad_output, grad_c_n, data, weights, h0, c0, output, cells, gates, pack, one_call: bool):
+def _backward(grad_output, grad_c_n, data, weights, h0, c0, output, cells, gates, pack, route: str):
     """One direction's gradients (d_data, d_weights, d_bias, d_h0, d_c0) from _forward's
     buffers; grad_output [N, S] (h_n's gradient already added at each sequence's last row),
-    grad_c_n [B, S] or None (zero).  one_call: the route _forward took."""
+    grad_c_n [B, S] or None (zero).  route: the one _forward took."""
     state = h0.shape[1]
     d_gates, d_h0, d_c0 = torch.empty_like(gates), torch.empty_like(h0), torch.empty_like(c0)
     grad_c_n = None if grad_c_n is None else grad_c_n.contiguous()  # held: the library reads it
-    if one_call:
+    if route is sequence.FUSED:  # the reverse recurrence and every product in the library
+        d_data, d_weights, d_bias = torch.empty_like(data), torch.empty_like(weights), weights.new_empty(len(weights))
+        sequence._packed_fused_backward_kernel(
+            data, grad_output.data_ptr(), ptr(grad_c_n), data.data_ptr(), weights.data_ptr(), h0.data_ptr(),
+            c0.data_ptr(), pack.first.data_ptr(), pack.lengths.data_ptr(), output.data_ptr(), cells.data_ptr(),
+            gates.data_ptr(), d_gates.data_ptr(), d_data.data_ptr(), d_weights.data_ptr(), d_bias.data_ptr(),
+            d_h0.data_ptr(), d_c0.data_ptr(), pack.steps, pack.batch, pack.rows, data.shape[1], state,
+            DTYPE_CODES[data.dtype])
+        return d_data, d_weights, d_bias, d_h0, d_c0
+    if route is sequence.ONE_CALL:
         _backward_kernel(data, grad_output.data_ptr(), ptr(grad_c_n), gates.data_ptr(), weights.data_ptr(),
                          weights.shape[1], c0.data_ptr(), cells.data_ptr(), d_gates.data_ptr(), d_h0.data_ptr(),
                          d_c0.data_ptr(), pack.sizes.data_ptr(), pack.steps, pack.batch, state,

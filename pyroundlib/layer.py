@@ -255,26 +255,29 @@ class _Padded:
 
 
 class _Packed:
-    """How LLTMStackFunction runs a direction of a pack's rows [N, F] (``_packed.py``): one
-    library call a direction where ``sequence._packed_in_one_call`` says so (the same for every
-    layer of a stack), else the step loop; the reverse direction over each sequence reversed
-    within its own length."""
+    """How LLTMStackFunction runs a direction of a pack's rows [N, F] (``_packed.py``): the fused
+    CUDA kernels over its rows, one library call, or the step loop, as
+    ``sequence._packed_route`` says for each layer's input width; the reverse direction over
+    each sequence reversed within its own length."""
 
     def __init__(self, directions: int, pack: Pack):
-        self.directions, self.pack, self.one_call = directions, pack, None
+        self.directions, self.pack = directions, pack
+        self.routes = {}  # input width -> the route its directions took (the same for both)
 
     def reverse(self, t: Tensor) -> Tensor:
         return t.index_select(0, self.pack.reverse)
 
     def forward(self, x, weights, bias, h0, c0):
-        output, h_n, c_n, cells, gates, self.one_call = _packed._forward(x, weights, bias, h0, c0, self.pack)
+        output, h_n, c_n, cells, gates, self.routes[x.shape[1]] = _packed._forward(x, weights, bias, h0, c0,
+                                                                                   self.pack)
         return output, h_n, c_n, cells, gates
 
     def add_to_last(self, grad: Tensor, grad_h_n: Tensor) -> None:
         grad.index_add_(0, self.pack.last, grad_h_n)
 
     def backward(self, grad, grad_c_n, x, weights, h0, c0, output, cells, gates):
-        return _packed._backward(grad, grad_c_n, x, weights, h0, c0, output, cells, gates, self.pack, self.one_call)
+        return _packed._backward(grad, grad_c_n, x, weights, h0, c0, output, cells, gates, self.pack,
+                                 self.routes[x.shape[1]])
 
     def direction(self, data, weights, bias, h0, c0, reverse: bool):
         """A direction in differentiable torch ops (the double backward's): no autograd

@@ -140,6 +140,15 @@ def _packed_in_one_call(t: Tensor, batch: int, state: int) -> bool:
     return t.is_cpu or _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
 
 
+def _packed_route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
+    """FUSED, ONE_CALL or STEPS for a direction over a pack (``_packed.py``) of ``steps`` steps
+    and ``batch`` sequences: on CUDA the fused kernels, reading the pack's rows, where a padded
+    batch of its steps would take them (``_route``); else ``_packed_in_one_call``'s choice."""
+    if not t.is_cpu and steps and _route(t, steps, batch, features, state) is FUSED:
+        return FUSED
+    return ONE_CALL if _packed_in_one_call(t, batch, state) else STEPS
+
+
 _persistent_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
 _fused_fits = {}  # (device index, dtype, batch, features, state) -> whether the fused kernels fit
 
@@ -163,6 +172,8 @@ _backward_parts_kernel = Kernel("lltm_backward_parts")
 _input_half_kernel = Kernel("lltm_input_half", cuda=False)
 _fused_forward_kernel = Kernel("lltm_sequence_fused_forward", cpu=False)
 _fused_backward_kernel = Kernel("lltm_sequence_fused_backward", cpu=False)
+_packed_fused_forward_kernel = Kernel("lltm_packed_fused_forward", cpu=False)
+_packed_fused_backward_kernel = Kernel("lltm_packed_fused_backward", cpu=False)
 
 
 # ---- argument checks -------------------------------------------------------------------------

@@ -479,15 +479,18 @@ def test_stacked_on_the_second_gpu(monkeypatch, route, packed):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("route", ["", "0"], ids=["one-call", "step-loop"])
+@pytest.mark.parametrize("route", ["", "1", "0"], ids=["default", "one-call", "step-loop"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_packed_routes(monkeypatch, device, route, dtype):
-    """Both routes of a pack's recurrence (one library call per direction, or the step loop)
-    in every dtype against the CPU's float64 result; on CUDA into memory the caching allocator
-    filled with NaN first: every output and gradient element written."""
+    """Every route of a pack's recurrence (on CUDA by default the fused kernels over its rows
+    at this size; one library call per direction; the step loop) in every dtype against the
+    CPU's float64 result; on CUDA into memory the caching allocator filled with NaN first:
+    every output and gradient element written."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
     layer, x, state, loss = stacked_case(device, dtype, packed=True)
-    assert sequence._packed_in_one_call(x.data, 6, S) == (route == "")
+    expected = sequence.STEPS if route == "0" else \
+        sequence.FUSED if device == "cuda" and route == "" else sequence.ONE_CALL
+    assert sequence._packed_route(x.data, len(x.batch_sizes), 6, I, S) is expected
     if device == "cuda":
         poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]  # 64 MiB: small blocks
         del poison
@@ -529,18 +532,39 @@ def test_packed_inference_runs_no_autograd_node(monkeypatch, device, route):
 @pytest.mark.parametrize("dtype,state", [(torch.float32, 64), (torch.float32, 100), (torch.float32, 300),
                                          (torch.bfloat16, 64), (torch.bfloat16, 100), (torch.float64, 32),
                                          (torch.float64, 40)], ids=str)
-def test_packed_one_call_with_one_and_several_column_tiles(dtype, state):
+def test_packed_one_call_with_one_and_several_column_tiles(monkeypatch, dtype, state):
     """A pack through the persistent kernels where one block holds every state column (float32
     and bfloat16 up to S = 64, float64 up to 32: its steps separated by its own barrier), where
     a few blocks do (S = 100 in float32, 40 in float64: one cluster per row tile on a GPU with
     clusters) and where many do (S = 300: the grid's barrier): output, h_n, c_n and every
     gradient against the tutorial cell in float64, each sequence run alone."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")  # the persistent kernels where the fused ones could run
+    check_pack_against_the_cell([9, 2, 6, 9, 4, 1, 7], state, dtype, sequence.ONE_CALL)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype,state,batch", [(torch.float32, 64, 40), (torch.float32, 8, 150),
+                                               (torch.bfloat16, 32, 70), (torch.float16, 16, 9),
+                                               (torch.float64, 16, 40)], ids=str)
+def test_packed_fused_kernels(dtype, state, batch):
+    """A pack through the fused kernels over its rows (the default for short packs of small
+    states): batches over several blocks, each block's rows of different lengths, sequences of
+    one step among them; against the tutorial cell in float64, each sequence run alone."""
+    lengths = torch.randint(1, 13, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
+    lengths[batch // 2], lengths[-1] = 12, 1
+    check_pack_against_the_cell(lengths, state, dtype, sequence.FUSED)
+
+
+def check_pack_against_the_cell(lengths, state, dtype, route):
+    """A bidirectional layer over an unsorted pack at `lengths` on CUDA (its route `route`):
+    output, h_n, c_n and every gradient against the tutorial cell in float64, each sequence run
+    alone; every element written."""
     torch.manual_seed(0)
-    lengths = [9, 2, 6, 9, 4, 1, 7]
     layer = pyroundlib.LLTMLayer(I, state, bidirectional=True, device="cuda", dtype=dtype)
     x = torch.randn(max(lengths), len(lengths), I, device="cuda", dtype=dtype, requires_grad=True)
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
-    assert sequence._packed_in_one_call(packed.data, len(lengths), state)
+    assert sequence._packed_route(packed.data, max(lengths), len(lengths), I, state) is route
+    poison_cuda_memory("cuda")
     output, (h, c) = layer(packed)
     padded = torch.nn.utils.rnn.pad_packed_sequence(output)[0]
     weights = [torch.randn_like(t) for t in (padded, h, c)]
@@ -552,9 +576,10 @@ def test_packed_one_call_with_one_and_several_column_tiles(dtype, state):
     want = packed_reference(ref, ref_x, lengths)
     want_grads = torch.autograd.grad(sum((g * w.cpu().double()).sum() for g, w in zip(want, weights)),
                                      [ref_x, *ref.parameters()])
+    assert not any(torch.isnan(t).any() for t in (output.data, h, c, *grads)), "elements not written"
     for got, expected in zip((padded, h, c, *grads), (*want, *want_grads)):
         got = got.detach().cpu().double()
-        if dtype == torch.bfloat16:  # rounding of every stored step
+        if dtype in (torch.bfloat16, torch.float16):  # rounding of every stored step
             assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
         else:
             torch.testing.assert_close(got, expected, **TOLERANCES[dtype])

@@ -330,6 +330,30 @@ PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *grad_output
                                                          int64_t features, int64_t state, int dtype,
                                                          int device, void *stream);
 
+/* prl_lltm_packed_fused_forward_cuda / _backward_cuda: the fused training kernels over a
+ * pack's rows (a PackedSequence's, its sequences sorted longest first): input [rows,
+ * features], output and cells [rows, state], gates and d_gates [rows, 3*state], grad_output
+ * and d_input shaped as output and input; first [steps] and lengths [batch], int64 in device
+ * memory, as prl_lltm_layer_fused_inference_cuda reads them (not checked: the caller's to get
+ * right), rows = their sum (batch <= rows <= steps * batch).  Sequence b runs exactly its
+ * lengths[b] steps; c_n (grad_c_n) is its cell at (reaching) its own last step; h0, c0, d_h0,
+ * d_c0 [batch, state] as above; fits as above. */
+PRL_API prl_status prl_lltm_packed_fused_forward_cuda(const void *input, const void *weights, const void *bias,
+                                                      const void *h0, const void *c0, const int64_t *first,
+                                                      const int64_t *lengths, void *output, void *cells,
+                                                      void *gates, void *c_n, int64_t steps, int64_t batch,
+                                                      int64_t rows, int64_t features, int64_t state, int dtype,
+                                                      int device, void *stream);
+PRL_API prl_status prl_lltm_packed_fused_backward_cuda(const void *grad_output, const void *grad_c_n,
+                                                       const void *input, const void *weights, const void *h0,
+                                                       const void *c0, const int64_t *first,
+                                                       const int64_t *lengths, const void *output,
+                                                       const void *cells, const void *gates, void *d_gates,
+                                                       void *d_input, void *d_weights, void *d_bias, void *d_h0,
+                                                       void *d_c0, int64_t steps, int64_t batch, int64_t rows,
+                                                       int64_t features, int64_t state, int dtype, int device,
+                                                       void *stream);
+
 /* prl_lltm_layer_fused_inference_cuda: a layer's forward where no backward follows, both
  * directions in one launch of the fused forward (directions = 1 or 2; fits as above, per
  * direction), nothing kept for a backward.  input [T, batch, features] (T >= 1); weights,

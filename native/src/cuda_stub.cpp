@@ -84,6 +84,21 @@ PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(const void *, const voi
     return not_compiled(__func__);
 }
 
+PRL_API prl_status prl_lltm_packed_fused_forward_cuda(const void *, const void *, const void *, const void *,
+                                                      const void *, const int64_t *, const int64_t *, void *, void *,
+                                                      void *, void *, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                                      int, int, void *) {
+    return not_compiled(__func__);
+}
+
+PRL_API prl_status prl_lltm_packed_fused_backward_cuda(const void *, const void *, const void *, const void *,
+                                                       const void *, const void *, const int64_t *, const int64_t *,
+                                                       const void *, const void *, const void *, void *, void *,
+                                                       void *, void *, void *, void *, int64_t, int64_t, int64_t,
+                                                       int64_t, int64_t, int, int, void *) {
+    return not_compiled(__func__);
+}
+
 PRL_API prl_status prl_lltm_layer_fused_inference_cuda(const void *, const void *, const void *, const void *,
                                                        const void *, const void *, const void *, const int64_t *,
                                                        const int64_t *, const int64_t *, void *, void *, void *,

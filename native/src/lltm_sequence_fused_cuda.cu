@@ -150,7 +150,7 @@ template <typename T, int KQ, bool kLayer> __device__ __forceinline__ void fused
     for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) xh[(e / rows) * p.rows * K1 + (e % rows) * K1 + K1 - 1] = A(1);
 
     // row r's steps, and the row of x and output of its t-th step (t below its steps)
-    const bool packed = kLayer && p.first;
+    const bool packed = p.first != nullptr;
     const auto steps_of = [&](int r) { return packed ? (int)p.lengths[b0 + r] : p.steps; };
     const auto row_at = [&](int r, int t) {
         const int at = kLayer && p.reverse ? steps_of(r) - 1 - t : t;
@@ -161,12 +161,12 @@ template <typename T, int KQ, bool kLayer> __device__ __forceinline__ void fused
         A *cur = xh + (t & 1) * p.rows * K1, *next = xh + ((t + 1) & 1) * p.rows * K1;
         for (int e = threadIdx.x; e < rows * I; e += blockDim.x) {
             const int r = e / I, i = e - r * I;
-            if (!kLayer || t < steps_of(r)) cur[r * K1 + S + i] = prl::load(p.x[row_at(r, t) * I + i]);
+            if (!packed || t < steps_of(r)) cur[r * K1 + S + i] = prl::load(p.x[row_at(r, t) * I + i]);
         }
         __syncthreads();  // x_t staged, and h_{t-1} written by every thread of step t - 1
         for (int e = threadIdx.x; e < work; e += blockDim.x) {
             const int q = e % KQ, rs = min(e / KQ, rows * S - 1), r = rs / S, s = rs - r * S;
-            const bool keeps = q == 0 && e / KQ < rows * S && (!kLayer || t < steps_of(r));  // past its steps: no
+            const bool keeps = q == 0 && e / KQ < rows * S && (!packed || t < steps_of(r));  // past its steps: no
             const A *a = cur + r * K1;
             A acc[3] = {A(0), A(0), A(0)};
             for (int k = q; k < K1; k += KQ) {
@@ -240,19 +240,27 @@ __global__ void __launch_bounds__(kFusedThreads) fused_backward_kernel(FusedArgs
         for (int j = q; j < G3; j += KQ) sum = fma(ar[j], wk[j], sum);
         return lanes_sum<KQ>(sum);
     };
-    for (int t = p.steps - 1; t >= 0; --t) {
+    // a pack (p.first): row r's steps, and the row of its step t (t below its steps); a row
+    // past its steps waits, its cell's gradient kept, until its own last step
+    const bool packed = p.first != nullptr;
+    const auto steps_of = [&](int r) { return packed ? (int)p.lengths[b0 + r] : p.steps; };
+    const auto row_at = [&](int r, int t) { return packed ? p.first[t] + b0 + r : (int64_t)t * B + b0 + r; };
+    for (int t = (packed ? steps_of(0) : p.steps) - 1; t >= 0; --t) {
         const A *later = dg + ((t + 1) & 1) * p.rows * G3;  // d_gates[t + 1]
         A *now = dg + (t & 1) * p.rows * G3;
         __syncthreads();  // d_gates[t + 1] complete; every read of `now` (as d_gates[t + 2]) done
         for (int e = threadIdx.x; e < work; e += blockDim.x) {
             const int q = e % KQ, rs = min(e / KQ, rows * S - 1), r = rs / S, s = rs - r * S;
             const A sum = t + 1 < p.steps ? product(later, r, s, q) : A(0);
-            if (q != 0 || e / KQ >= rows * S) continue;
-            const int64_t row = (int64_t)t * B + b0 + r, k_own = row * S + s;
-            // the gradient reaching h_t, rounded as the step-by-step path stores it
-            const A grad_h = prl::load(prl::store<T>(prl::load(p.grad_output[k_own]) + sum));
+            if (q != 0 || e / KQ >= rows * S || t >= steps_of(r)) continue;
+            const int64_t row = row_at(r, t), k_own = row * S + s;
+            // the gradient reaching h_t (none from a step past the row's last), rounded as the
+            // step-by-step path stores it
+            const A grad_h = prl::load(prl::store<T>(prl::load(p.grad_output[k_own]) +
+                                                     (t + 1 < steps_of(r) ? sum : A(0))));
             const T *g_t = p.gates + row * G3 + s;
-            const A old_cell = prl::load(t == 0 ? p.c0[(int64_t)(b0 + r) * S + s] : p.cells[k_own - (int64_t)B * S]);
+            const A old_cell = prl::load(t == 0 ? p.c0[(int64_t)(b0 + r) * S + s]
+                                                : p.cells[row_at(r, t - 1) * S + s]);
             A d[3], d_old;
             prl::lltm_backward_math<T>(grad_h, d_cell[r * S + s], prl::load(g_t[0]), prl::load(g_t[S]),
                                        prl::load(g_t[2 * S]), old_cell, d[0], d[1], d[2], d_old);
@@ -301,14 +309,29 @@ template <typename T> struct WeightGrads {
     const T *d_gates, *x, *h0, *output;
     T *d_w, *d_b;
     int64_t batch, features, state, steps;
+    int64_t rows;          // steps * batch, or a pack's rows
+    const int64_t *first;  // a pack's (NULL: a padded batch): step t's first row
     __device__ int64_t m() const { return 3 * state; }
     __device__ int64_t n() const { return state + features + 1; }
-    __device__ int64_t q() const { return steps * batch; }
+    __device__ int64_t q() const { return rows; }
     __device__ prl::acc_t<T> a(int64_t j, int64_t row) const { return prl::load(d_gates[row * 3 * state + j]); }
     __device__ prl::acc_t<T> b(int64_t row, int64_t k) const {
         if (k == state + features) return prl::acc_t<T>(1);
         if (k >= state) return prl::load(x[row * features + k - state]);
-        return prl::load(row < batch ? h0[row * state + k] : output[(row - batch) * state + k]);
+        if (row < batch) return prl::load(h0[row * state + k]);  // step 0's rows (every sequence has one)
+        return prl::load(output[previous(row) * state + k]);
+    }
+    // the row of h_{t-1} for a row of step t > 0: B rows before in a padded batch; in a pack,
+    // the same sequence's row of step t - 1 (step t found by bisecting `first`)
+    __device__ int64_t previous(int64_t row) const {
+        if (!first) return row - batch;
+        int64_t lo = 1, hi = steps - 1;  // first[lo] <= row; the largest such step
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) / 2;
+            if (first[mid] <= row) lo = mid;
+            else hi = mid - 1;
+        }
+        return first[lo - 1] + (row - first[lo]);
     }
     __device__ void put(int64_t j, int64_t k, prl::acc_t<T> v) const {
         if (k < state + features) d_w[j * (state + features) + k] = prl::store<T>(v);
@@ -321,7 +344,8 @@ template <typename T> struct InputGrads {
     const T *d_gates, *w;
     T *d_x;
     int64_t batch, features, state, steps;
-    __device__ int64_t m() const { return steps * batch; }
+    int64_t rows;  // steps * batch, or a pack's rows
+    __device__ int64_t m() const { return rows; }
     __device__ int64_t n() const { return features; }
     __device__ int64_t q() const { return 3 * state; }
     __device__ prl::acc_t<T> a(int64_t row, int64_t j) const { return prl::load(d_gates[row * 3 * state + j]); }
@@ -543,12 +567,13 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_cuda_fits(int64_t batch, i
     PRL_API_END
 }
 
-extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
-    const void *input, const void *weights, const void *bias, const void *h0, const void *c0, void *output,
-    void *cells, void *gates, void *c_n, int64_t steps, int64_t batch, int64_t features, int64_t state, int dtype,
-    int device, void *stream) {
-    PRL_API_BEGIN
-    const char *fn = __func__;
+namespace {
+
+// The training forward over a padded batch (first, lengths NULL) or a pack's rows.
+prl_status fused_forward_entry(const char *fn, const void *input, const void *weights, const void *bias,
+                               const void *h0, const void *c0, const int64_t *first, const int64_t *lengths,
+                               void *output, void *cells, void *gates, void *c_n, int64_t steps, int64_t batch,
+                               int64_t features, int64_t state, int dtype, int device, void *stream) {
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         prl::DeviceGuard guard(device);
@@ -571,19 +596,20 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
         a.cells = static_cast<T *>(cells);
         a.gates = static_cast<T *>(gates);
         a.c_n = static_cast<T *>(c_n);
+        a.first = first;
+        a.lengths = lengths;
         a.pitch = l.forward_pitch;
         return launch_forward<T, false>(fn, a, 1, batch, l, s);
     });
-    PRL_API_END
 }
 
-extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
-    const void *grad_output, const void *grad_c_n, const void *input, const void *weights, const void *h0,
-    const void *c0, const void *output, const void *cells, const void *gates, void *d_gates, void *d_input,
-    void *d_weights, void *d_bias, void *d_h0, void *d_c0, int64_t steps, int64_t batch, int64_t features,
-    int64_t state, int dtype, int device, void *stream) {
-    PRL_API_BEGIN
-    const char *fn = __func__;
+// Its backward: `rows` the rows of the input (steps * batch, or a pack's).
+prl_status fused_backward_entry(const char *fn, const void *grad_output, const void *grad_c_n, const void *input,
+                                const void *weights, const void *h0, const void *c0, const int64_t *first,
+                                const int64_t *lengths, const void *output, const void *cells, const void *gates,
+                                void *d_gates, void *d_input, void *d_weights, void *d_bias, void *d_h0, void *d_c0,
+                                int64_t steps, int64_t batch, int64_t rows, int64_t features, int64_t state,
+                                int dtype, int device, void *stream) {
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         prl::DeviceGuard guard(device);
@@ -591,10 +617,10 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         Layout l;
         PRL_TRY(prepare_fused<T>(fn, input, weights, h0, c0, steps, batch, features, state, guard.device(), l));
         PRL_TRY(check_saved(fn, output, cells, gates, steps, batch, state));
-        const int64_t all = steps * batch * state;
+        const int64_t all = rows * state;
         PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, all));
         PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, 3 * all));
-        PRL_TRY(prl::check_pointer(fn, "d_input", d_input, steps * batch * features));
+        PRL_TRY(prl::check_pointer(fn, "d_input", d_input, rows * features));
         PRL_TRY(prl::check_pointer(fn, "d_weights", d_weights, 3 * state * (state + features)));
         PRL_TRY(prl::check_pointer(fn, "d_bias", d_bias, 3 * state));
         PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, batch * state));
@@ -618,6 +644,8 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         a.d_gates = static_cast<T *>(d_gates);
         a.d_h0 = static_cast<T *>(d_h0);
         a.d_c0 = static_cast<T *>(d_c0);
+        a.first = first;
+        a.lengths = lengths;
         if (all) {
             const unsigned blocks = (unsigned)((batch + l.rows - 1) / l.rows);
             a.pitch = l.backward_pitch;
@@ -628,19 +656,79 @@ extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
         }
         // with no rows (steps or batch 0) the products are sums of nothing: zeros
         const WeightGrads<T> wg{static_cast<const T *>(d_gates), a.x, a.h0, a.output, static_cast<T *>(d_weights),
-                                static_cast<T *>(d_bias), batch, features, state, steps};
+                                static_cast<T *>(d_bias), batch, features, state, steps, rows, first};
         const InputGrads<T> ig{static_cast<const T *>(d_gates), a.w, static_cast<T *>(d_input), batch, features,
-                               state, steps};
+                               state, steps, rows};
         const int64_t weight_tiles = tiles(3 * state, kNarrow) * tiles(state + features + 1, kNarrow);
-        const int64_t blocks = weight_tiles + tiles(steps * batch) * tiles(features);
+        const int64_t blocks = weight_tiles + tiles(rows) * tiles(features);
         if (blocks)
             products_kernel<T><<<(unsigned)blocks, kTile * kTileRows, 0, s>>>(wg, ig, weight_tiles,
-                                                                              tiles(3 * state, kNarrow),
-                                                                              tiles(steps * batch));
+                                                                              tiles(3 * state, kNarrow), tiles(rows));
         err = cudaGetLastError();
         if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launches", err);
         return PRL_SUCCESS;
     });
+}
+
+// A pack's arguments: first [steps] and lengths [batch] given, rows within steps * batch.
+prl_status check_pack(const char *fn, const int64_t *first, const int64_t *lengths, int64_t steps, int64_t batch,
+                      int64_t rows) {
+    PRL_TRY(prl::check_pointer(fn, "first", first, steps));
+    PRL_TRY(prl::check_pointer(fn, "lengths", lengths, batch));
+    if (rows < (steps ? batch : 0) || rows > steps * batch || (steps > 0 && (first == nullptr || lengths == nullptr)))
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: rows=%lld is not a pack's of steps=%lld, batch=%lld "
+                         "(batch <= rows <= steps * batch)", fn, (long long)rows, (long long)steps, (long long)batch);
+    return PRL_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" PRL_API prl_status prl_lltm_sequence_fused_forward_cuda(
+    const void *input, const void *weights, const void *bias, const void *h0, const void *c0, void *output,
+    void *cells, void *gates, void *c_n, int64_t steps, int64_t batch, int64_t features, int64_t state, int dtype,
+    int device, void *stream) {
+    PRL_API_BEGIN
+    return fused_forward_entry(__func__, input, weights, bias, h0, c0, nullptr, nullptr, output, cells, gates, c_n,
+                               steps, batch, features, state, dtype, device, stream);
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_sequence_fused_backward_cuda(
+    const void *grad_output, const void *grad_c_n, const void *input, const void *weights, const void *h0,
+    const void *c0, const void *output, const void *cells, const void *gates, void *d_gates, void *d_input,
+    void *d_weights, void *d_bias, void *d_h0, void *d_c0, int64_t steps, int64_t batch, int64_t features,
+    int64_t state, int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    return fused_backward_entry(__func__, grad_output, grad_c_n, input, weights, h0, c0, nullptr, nullptr, output,
+                                cells, gates, d_gates, d_input, d_weights, d_bias, d_h0, d_c0, steps, batch,
+                                steps * batch, features, state, dtype, device, stream);
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_packed_fused_forward_cuda(
+    const void *input, const void *weights, const void *bias, const void *h0, const void *c0, const int64_t *first,
+    const int64_t *lengths, void *output, void *cells, void *gates, void *c_n, int64_t steps, int64_t batch,
+    int64_t rows, int64_t features, int64_t state, int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(check_pack(fn, first, lengths, steps, batch, rows));
+    return fused_forward_entry(fn, input, weights, bias, h0, c0, first, lengths, output, cells, gates, c_n, steps,
+                               batch, features, state, dtype, device, stream);
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_packed_fused_backward_cuda(
+    const void *grad_output, const void *grad_c_n, const void *input, const void *weights, const void *h0,
+    const void *c0, const int64_t *first, const int64_t *lengths, const void *output, const void *cells,
+    const void *gates, void *d_gates, void *d_input, void *d_weights, void *d_bias, void *d_h0, void *d_c0,
+    int64_t steps, int64_t batch, int64_t rows, int64_t features, int64_t state, int dtype, int device,
+    void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(check_pack(fn, first, lengths, steps, batch, rows));
+    return fused_backward_entry(fn, grad_output, grad_c_n, input, weights, h0, c0, first, lengths, output, cells,
+                                gates, d_gates, d_input, d_weights, d_bias, d_h0, d_c0, steps, batch, rows, features,
+                                state, dtype, device, stream);
     PRL_API_END
 }
 

@@ -203,6 +203,14 @@ static void fused_case(int dtype, int64_t steps, int64_t batch, int64_t features
     CHECK(prl_lltm_layer_fused_inference_cuda(x, w, bias, w, bias, h2, c2, first_d, lengths_d, order_d, out2, h_n2,
                                               c_n2, 2, steps, batch, features, state, dtype, 0, nullptr)
           == PRL_SUCCESS);
+    // the training kernels over the same pack's rows (the buffers above are at least that long)
+    int64_t rows = 0;
+    for (int64_t length : lengths) rows += length;
+    CHECK(prl_lltm_packed_fused_forward_cuda(x, w, bias, h0, c0, first_d, lengths_d, out, cells, gates, c_n, steps,
+                                             batch, rows, features, state, dtype, 0, nullptr) == PRL_SUCCESS);
+    CHECK(prl_lltm_packed_fused_backward_cuda(grad, grad_c, x, w, h0, c0, first_d, lengths_d, out, cells, gates, dg,
+                                              dx, dw, db, dh0, dc0, steps, batch, rows, features, state, dtype, 0,
+                                              nullptr) == PRL_SUCCESS);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     for (T *p : {x, w, bias, h0, c0, grad, grad_c, out, cells, gates, c_n, dg, dx, dw, db, dh0, dc0}) cudaFree(p);
     for (T *p : {h2, c2, out2, h_n2, c_n2}) cudaFree(p);
