@@ -168,7 +168,8 @@ class PackedLLTMFunction(torch.autograd.Function):
         output, _, _, cells, gates = outputs
         ctx.mark_non_differentiable(cells, gates)
         ctx.set_materialize_grads(False)
-        ctx.route = sequence._packed_route(data, ctx.pack.steps, ctx.pack.batch, data.shape[1], h0.shape[1])  # as _forward
+        # the route _forward took
+        ctx.route = sequence._packed_route(data, ctx.pack.steps, ctx.pack.batch, data.shape[1], h0.shape[1])
         ctx.save_for_backward(data, weights, bias, h0, c0, output, cells, gates)
 
     @staticmethod

@@ -144,8 +144,8 @@ def _stack_inference(input: Tensor, weights: List[Tensor], bias: List[Tensor], h
             outputs = []
             for d in range(directions):
                 i = k * directions + d
-                output, c, _, _ = sequence._forward_one_call(x.flip(0) if d else x, weights[i], bias[i],
-                                                              zeros if h0 is None else h0[i], zeros if c0 is None else c0[i])
+                given = (zeros, zeros) if h0 is None else (h0[i], c0[i])
+                output, c, _, _ = sequence._forward_one_call(x.flip(0) if d else x, weights[i], bias[i], *given)
                 outputs.append(output.flip(0) if d else output)
                 h_n.append(output[-1])
                 c_n.append(c)
