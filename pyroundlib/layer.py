@@ -485,7 +485,9 @@ class LLTMLayer(torch.nn.Module):
             state, legacy = tuple(t.unsqueeze(0) for t in state), True
         if state is not None:
             state = self._check_state(state, layers, batch, batched)
-        x, h_n, c_n = self._inference_stack(x, x.shape[0], batch, state) or self._layers(x, batch, state)
+        inference = self._no_gradient_wanted(x, state)
+        x, h_n, c_n = (inference and self._inference_stack(x, x.shape[0], batch, state)) or \
+            self._layers(x, batch, state, inference=inference)
         if legacy:
             h_n, c_n = h_n[0], c_n[0]
         if not batched:
@@ -506,25 +508,29 @@ class LLTMLayer(torch.nn.Module):
             state = self._check_state(state, self.num_layers * (2 if self.bidirectional else 1), pack.batch, True)
         # the states in the caller's order: the stack op reads and writes them so, else permuted here
         order = None if sorted_indices is None else sorted_indices.to(data.device)
-        result = self._inference_stack(data, pack.steps, pack.batch, state, pack, order)
+        inference = self._no_gradient_wanted(data, state)
+        result = self._inference_stack(data, pack.steps, pack.batch, state, pack, order) if inference else None
         if result is None:
             if order is not None and state is not None:
                 state = [t.index_select(1, order) for t in state]
-            result = self._layers(data, pack.batch, state, pack)
+            result = self._layers(data, pack.batch, state, pack, inference=inference)
             if unsorted_indices is not None:
                 back = unsorted_indices.to(data.device)
                 result = (result[0], result[1].index_select(1, back), result[2].index_select(1, back))
         x, h_n, c_n = result
         return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), (h_n, c_n)
 
-    def _layers(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None):
+    def _no_gradient_wanted(self, x: Tensor, state) -> bool:
+        """Whether this call runs without autograd (no gradient wanted, and a torch that can call
+        the ops directly): then the stack op where it takes every layer, never the training node."""
+        return DIRECT_WITHOUT_GRAD and no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ()))
+
+    def _layers(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None, inference: bool = False):
         """Every layer and direction over x, a padded batch [T, B, features] or, with its Pack, a
-        pack's data [N, features]; state checked, or None.  -> (output, h_n, c_n), the output
-        shaped as x with D*S features."""
+        pack's data [N, features]; state checked, or None; ``inference``: _no_gradient_wanted's
+        answer.  -> (output, h_n, c_n), the output shaped as x with D*S features."""
         directions = 2 if self.bidirectional else 1
-        if x.shape[0] and not (self.dropout > 0 and self.training and self.num_layers > 1) \
-                and not (DIRECT_WITHOUT_GRAD and no_gradient_wanted(itertools.chain((x,), self.parameters(),
-                                                                                   state or ()))) \
+        if x.shape[0] and not inference and not (self.dropout > 0 and self.training and self.num_layers > 1) \
                 and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or exporting()) \
                 and (pack is not None or self.bidirectional
                      and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
@@ -576,11 +582,11 @@ class LLTMLayer(torch.nn.Module):
 
     def _inference_stack(self, x: Tensor, steps: int, batch: int, state, pack: Optional[Pack] = None,
                          order: Optional[Tensor] = None):
-        """Where no gradient is wanted and the fused CUDA kernels (on the CPU: its library loop,
-        padded only) take every layer, the whole stack as one op (above): (output, h_n, c_n),
-        a pack's states in the caller's order (``order``: its sorted_indices); else None."""
-        if not (steps and DIRECT_WITHOUT_GRAD and not (self.dropout > 0 and self.training and self.num_layers > 1)
-                and no_gradient_wanted(itertools.chain((x,), self.parameters(), state or ()))):
+        """Called where no gradient is wanted (_no_gradient_wanted): where the fused CUDA kernels
+        (on the CPU: its library loop, padded only) take every layer, the whole stack as one op
+        (above): (output, h_n, c_n), a pack's states in the caller's order (``order``: its
+        sorted_indices); else None."""
+        if not steps or (self.dropout > 0 and self.training and self.num_layers > 1):
             return None
         directions = 2 if self.bidirectional else 1
         if not (_all_fused(x, steps, batch, self.input_features, self.state_size, directions, self.num_layers)
