@@ -70,7 +70,10 @@ def _subnormals_kept():
 
 @pytest.fixture(autouse=True)
 def _fresh_seed():
-    torch.manual_seed(torch.seed() % 2**31)  # fresh data every run, reproducible from the printed seed
+    """Fresh data every run, reproducible from the seed a failing test's captured output shows."""
+    seed = torch.seed() % 2**31
+    print(f"torch.manual_seed({seed})")
+    torch.manual_seed(seed)
     yield
 
 

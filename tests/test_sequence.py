@@ -81,24 +81,45 @@ def weighted_loss(outs):
         + 2 * h.sum() + 3 * c.sum()
 
 
+def assert_near_reference(got, want, plain, tol):
+    """Each of ``got`` against the float64 reference ``want``.  Below float64 the tolerance
+    scales with each tensor's largest value (a weight gradient sums T*B rounded terms, in
+    another order than the reference's) and, in 16-bit types, with the steps past 10: each step
+    stores its state rounded to the dtype, and the gradient of the first steps passes through
+    every later one.  ``plain`` is the same loop in plain PyTorch at got's dtype: twice its
+    largest error is allowed on top.  The LLTM's cell has no forget gate, so a cell's rounding
+    errors add up over the steps, and some draws feed them back into the gates: at
+    test_inference's sizes, about 1 draw in 8000 put one element of ours up to 2.4x past the
+    scaled tolerance (plain PyTorch in the same dtype: 1 in 2000), though each of our steps is
+    within one rounding of the float64 cell.  With plain PyTorch's error added, 30000 draws
+    stayed under 0.81 of the bound."""
+    for g, w, p in zip(got, want, plain):
+        assert g.dtype == p.dtype and g.shape == w.shape
+        low = g.dtype != torch.float64 and w.numel()
+        atol = tol["atol"] * max(1.0, w.abs().max().item()) if low else tol["atol"]
+        if low and g.dtype in (torch.float16, torch.bfloat16):
+            atol += 2 * (p.to(w.dtype) - w).abs().max().item()
+        torch.testing.assert_close(g.to(w.dtype), w, rtol=tol["rtol"], atol=atol)
+
+
+def low_precision_tolerance(tol, dtype, steps):
+    """The dtype's tolerance, scaled by the steps past 10 in 16-bit types."""
+    if dtype in (torch.float16, torch.bfloat16) and steps > 10:
+        return {key: value * steps / 10 for key, value in tol.items()}
+    return tol
+
+
 def check_against_reference(args, tol):
-    """Outputs and gradients against the reference loop run in float64 on the same values;
-    below float64 the tolerance scales with each tensor's largest value (a weight gradient
-    sums T*B rounded terms, in another order than the reference's) and, in 16-bit types, with
-    the steps past 10: each step stores its state rounded to the dtype, and the gradient of
-    the first steps passes through every later one (at T = 40, ~3% of draws put one element of
-    d_input or output a little past the 10-step tolerance, in float16 and bfloat16 alike)."""
-    low = args[0].dtype != torch.float64
-    if args[0].dtype in (torch.float16, torch.bfloat16) and args[0].shape[0] > 10:
-        tol = {key: value * args[0].shape[0] / 10 for key, value in tol.items()}
+    """Outputs and gradients against the reference loop run in float64 on the same values
+    (assert_near_reference)."""
+    tol = low_precision_tolerance(tol, args[0].dtype, args[0].shape[0])
     ref_args = [a.detach().to(torch.float64).requires_grad_() for a in args]
-    got, want = ours(*args), reference(*ref_args)
+    plain_args = [a.detach().clone().requires_grad_() for a in args]
+    got, want, plain = ours(*args), reference(*ref_args), reference(*plain_args)
     grads = torch.autograd.grad(weighted_loss(got), args)
     ref_grads = torch.autograd.grad(weighted_loss(want), ref_args)
-    for g, w in zip((*got, *grads), (*want, *ref_grads)):
-        assert g.dtype == args[0].dtype and g.shape == w.shape
-        atol = tol["atol"] * max(1.0, w.abs().max().item()) if low and w.numel() else tol["atol"]
-        torch.testing.assert_close(g.to(w.dtype), w, rtol=tol["rtol"], atol=atol)
+    plain_grads = torch.autograd.grad(weighted_loss(plain), plain_args)
+    assert_near_reference((*got, *grads), (*want, *ref_grads), (*plain, *plain_grads), tol)
 
 
 def check_repeatable(args):
@@ -846,13 +867,8 @@ def test_inference(device, dtype, steps, batch, features, state):
     with torch.no_grad():
         assert all(torch.equal(g, w) for g, w in zip(ours(*[a.clone().requires_grad_() for a in args]), got))
     assert all(torch.equal(g, w) for g, w in zip(ours(*args), got))
-    want = reference(*[a.to(torch.float64) for a in args])
-    tol = TOLERANCES[dtype]
-    scale = steps / 10 if dtype in (torch.float16, torch.bfloat16) and steps > 10 else 1.0
-    for g, w in zip(got, want):
-        assert g.dtype == dtype and g.shape == w.shape
-        atol = tol["atol"] * scale * max(1.0, w.abs().max().item()) if dtype != torch.float64 else tol["atol"]
-        torch.testing.assert_close(g.to(w.dtype), w, rtol=tol["rtol"] * scale, atol=atol)
+    want, plain = reference(*[a.to(torch.float64) for a in args]), reference(*args)
+    assert_near_reference(got, want, plain, low_precision_tolerance(TOLERANCES[dtype], dtype, steps))
 
 
 @requires_cuda
