@@ -265,10 +265,12 @@ def test_blas_off_by_environment(monkeypatch):
 RUNNERS = ["own workers", "OpenMP runtime", "Python threads"]
 
 
-# (batch, state, the library's own product): the loop's splits (native/src/lltm_sequence_cpu.cpp, Plan)
-SPLITS = {"rows": (23, 64, True),  # 23 rows: tiles of 3 or 6, the last short, split among the threads
-          "columns": (2, 256, True),  # 2 rows: each step's product split by column panels from 2 threads on
-          "BLAS": (3, 256, False)}  # torch's BLAS, one call a step, at every thread count
+# (steps, batch, state, the library's own product): the loop's splits (native/src/lltm_sequence_cpu.cpp, Plan)
+SPLITS = {"rows": (8, 23, 64, True),  # 23 rows: tiles of 3 or 6, the last short, split among the threads
+          # 2 rows: each step's product split by column panels from 2 threads on (up to 4 parts: 24
+          # steps of 2^18.6 multiply-adds, at least 2^21 a part over the sequence)
+          "columns": (24, 2, 256, True),
+          "BLAS": (8, 3, 256, False)}  # torch's BLAS, one call a step, at every thread count
 
 
 @pytest.mark.parametrize("split", list(SPLITS))
@@ -280,7 +282,7 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
     prl_parallel_fn's contract: split by rows, step by step by columns (the one-thread call
     splits nothing), or with the products by torch's BLAS."""
     lib, calls = _ffi.library(), []
-    batch, state, own = SPLITS[split]
+    steps, batch, state, own = SPLITS[split]
     gemm = (None, None) if own else _threads.blas_gemm(any_cpu=True)
     if not own and not gemm[0]:
         pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")
@@ -291,10 +293,10 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
         pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
     for dtype in (torch.float32, torch.bfloat16):
         cpu_threads(1, given)
-        alone = sequence_results(dtype=dtype, batch=batch, state=state)
+        alone = sequence_results(steps, dtype=dtype, batch=batch, state=state)
         for threads in (2, 3, 5, 8, 16):
             cpu_threads(threads, given)
-            parts = sequence_results(dtype=dtype, batch=batch, state=state)
+            parts = sequence_results(steps, dtype=dtype, batch=batch, state=state)
             assert lib.prl_cpu_threads() == threads
             for name, a, b in zip(["output", "h_n", "c_n", "d_input", "d_weights", "d_bias", "d_h0", "d_c0"],
                                   alone, parts):
@@ -404,7 +406,7 @@ def test_packed_loop_split_among_threads(cpu_threads, split):
     thread count, split by rows, step by step by columns, or with torch's BLAS."""
     from test_layer import packed_reference
     lib = _ffi.library()
-    batch, state, own = SPLITS[split]
+    steps, batch, state, own = SPLITS[split]
     gemm = (None, None) if own else _threads.blas_gemm(any_cpu=True)
     if not own and not gemm[0]:
         pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")

@@ -220,14 +220,15 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     sequence, at most as many parts as the batch has tiles.  Parts of whole tiles were up
 //     to a tile apart: 34 and 30 rows of a batch of 64, 10 and 6 of 16, on two threads;
 //   - step by step (row_parts == 0): each step's product split into step_parts ranges of
-//     column panels, each with at least kMinStepPartWork multiply-adds, then the cells in
-//     chunks of rows.  A fork-join a step; taken where it gives more than twice the threads
-//     the row split can (a batch of fewer tiles than threads: small batches, wide states), or
-//     where the row split would leave the call on one thread (the first rule alone never
-//     splits on two threads): on the 2-core development VM 0.67-0.90x the time at B = 2-4,
-//     S = 256-512.  Parts of 2^16 multiply-adds would also split a batch of one at S = 256,
-//     faster alone but at the mercy of each step's fork-join: in 2 of 4 benchmark runs the
-//     step loop from Python beat it by 1.2-1.3x at (T, B, S) = (8, 1, 256) (benchmarks/NOTES.md).
+//     column panels, each with at least kMinStepPartWork multiply-adds a step and
+//     kMinStepPartSequenceWork over the sequence, then the cells in chunks of rows.  A
+//     fork-join a step; taken where it gives more than twice the threads the row split can (a
+//     batch of fewer tiles than threads: small batches, wide states), or where the row split
+//     would leave the call on one thread (the first rule alone never splits on two threads):
+//     on the 2-core development VM 0.67-0.90x the time at B = 2-4, S = 256-512.  Parts of
+//     2^16 a step split a batch of one at S = 256 too: 0.70-0.87x the time at T = 100,
+//     0.91 at T = 50, but 1.1-1.2x at T = 8, where a part's 0.8M multiply-adds over the
+//     sequence do not pay for engaging a second thread: hence the 2^21 (benchmarks/NOTES.md).
 // And the product itself: where a BLAS was handed over (pyroundlib hands torch's MKL over on
 // Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least
 // kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step.  Measured with
@@ -239,7 +240,8 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 // so that the results stay the same at any thread count (the BLAS's and the library's
 // products round differently).
 constexpr double kMinPartWork = double(1 << 18);
-constexpr double kMinStepPartWork = double(1 << 17);
+constexpr double kMinStepPartWork = double(1 << 16);
+constexpr double kMinStepPartSequenceWork = double(1 << 21);
 constexpr int64_t kBlasMaxBatch = 4;
 constexpr double kBlasMinWork = double(1 << 17);
 
@@ -256,7 +258,8 @@ struct Plan {
         panels = (cols + panel_width - 1) / panel_width;
         const double step_work = double(batch) * double(k) * double(cols);
         const int64_t by_rows = std::min({threads, tiles, limit(double(steps) * step_work / kMinPartWork)});
-        step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork)});
+        step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork),
+                               limit(double(steps) * step_work / kMinStepPartSequenceWork)});
         blas = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
         row_parts = blas || step_parts > 2 * by_rows || (by_rows == 1 && step_parts > 1) ? 0 : by_rows;
     }
