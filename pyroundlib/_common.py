@@ -60,18 +60,14 @@ def define_composite(schema: str, fn) -> str:
 
 class _BoundPositionally(inspect.BoundArguments):
     """What ``_PositionalSignature.bind`` returns: every parameter bound, positionally, none
-    with a default, so ``args`` is ``arguments``' values in order (a ``*rest`` parameter's
-    tuple spread at the end), ``kwargs`` is empty and there are no defaults to apply
-    (inspect's versions walk the parameters to find that)."""
+    with a default, so ``args`` is ``arguments``' values in order, ``kwargs`` is empty and
+    there are no defaults to apply (inspect's versions walk the parameters to find that)."""
 
     __slots__ = ()
 
     @property
     def args(self) -> tuple:
-        values = tuple(self.arguments.values())
-        if self.signature._rest in self.arguments:
-            return values[:-1] + values[-1]
-        return values
+        return tuple(self.arguments.values())
 
     @property
     def kwargs(self) -> dict:
@@ -82,36 +78,20 @@ class _BoundPositionally(inspect.BoundArguments):
 
 
 class _PositionalSignature(inspect.Signature):
-    """A signature of plain parameters (positional-or-keyword, no defaults), perhaps followed
-    by one ``*rest``, whose ``bind`` takes a call passing all of them positionally in one
-    step; any other call gets ``inspect.Signature.bind`` itself (its binding, its errors).
-    As inspect's, the binding holds ``rest`` only where the call passed something to it."""
+    """A signature of plain parameters (positional-or-keyword, no defaults) whose ``bind``
+    takes a call passing all of them positionally in one step; any other call gets
+    ``inspect.Signature.bind`` itself (its binding, its errors)."""
 
-    __slots__ = ("_names", "_rest")
+    __slots__ = ("_names",)
 
     def __init__(self, signature: inspect.Signature):
-        parameters = list(signature.parameters.values())
-        super().__init__(parameters, return_annotation=signature.return_annotation)
-        variadic = bool(parameters) and parameters[-1].kind is inspect.Parameter.VAR_POSITIONAL
-        self._rest = parameters[-1].name if variadic else None
-        self._names = tuple(p.name for p in parameters[:len(parameters) - variadic])
-
-    @staticmethod
-    def takes(signature: inspect.Signature) -> bool:
-        """Whether a signature has that form."""
-        parameters = list(signature.parameters.values())
-        if parameters and parameters[-1].kind is inspect.Parameter.VAR_POSITIONAL:
-            parameters.pop()
-        return all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters)
+        super().__init__(list(signature.parameters.values()), return_annotation=signature.return_annotation)
+        self._names = tuple(signature.parameters)
 
     def bind(self, *args, **kwargs) -> inspect.BoundArguments:
-        fixed = len(self._names)
-        if kwargs or len(args) < fixed or (self._rest is None and len(args) > fixed):
+        if kwargs or len(args) != len(self._names):
             return super().bind(*args, **kwargs)
-        arguments = dict(zip(self._names, args))
-        if len(args) > fixed:
-            arguments[self._rest] = args[fixed:]
-        return _BoundPositionally(self, arguments)
+        return _BoundPositionally(self, dict(zip(self._names, args)))
 
 
 def signature_once(function_class):
@@ -125,7 +105,8 @@ def signature_once(function_class):
     (benchmarks/NOTES.md).  Subclasses inherit the same ``forward``."""
     forward = function_class.forward
     signature = inspect.signature(forward)
-    forward.__signature__ = _PositionalSignature(signature) if _PositionalSignature.takes(signature) else signature
+    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in signature.parameters.values())
+    forward.__signature__ = _PositionalSignature(signature) if plain else signature
     return function_class
 
 

@@ -33,8 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import sequence
-from ._common import (DTYPE_CODES, Kernel, autocast_cast, check_like, check_tensor, no_gradient_wanted, ptr,
-                      signature_once)
+from ._common import DTYPE_CODES, Kernel, autocast_cast, check_like, check_tensor, no_gradient_wanted, ptr
 from .lltm import _forward_kernel as _cell_forward_kernel, _pointwise_differentiable
 from .sequence import _backward_parts_kernel
 
@@ -153,7 +152,6 @@ def _forward(data, weights, bias, h0, c0, pack):
     return output, output.index_select(0, pack.last), c_n, cells, gates, route
 
 
-@signature_once
 class PackedLLTMFunction(torch.autograd.Function):
     """``apply(data, weights, bias, h0, c0, pack) -> (output, h_n, c_n, cells, gates)``: one
     direction over a pack's rows; cells and gates are the buffers the backward reads, not

@@ -37,8 +37,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import sequence
 from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
-                      check_tensor, define_op, exporting, has_tangent, no_gradient_wanted, ptr,
-                      signature_once)
+                      check_tensor, define_op, exporting, has_tangent, no_gradient_wanted, ptr)
 from . import _packed
 from ._packed import Pack, packed_direction
 from .sequence import lltm_sequence
@@ -288,7 +287,6 @@ class _Packed:
         return (self.reverse(output) if reverse else output), h_n, c_n
 
 
-@signature_once
 class LLTMStackFunction(torch.autograd.Function):
     """A stack's training as one autograd node: a bidirectional padded batch where the fused
     CUDA kernels (on the CPU: the library loop) take every layer, or a pack on any device

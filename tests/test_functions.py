@@ -223,28 +223,23 @@ def test_forward_signatures_bind_as_inspect_does():
     and every other call (keywords, too few or too many arguments), is inspect's own."""
     import inspect
 
-    from pyroundlib import _packed, layer, sequence
+    from pyroundlib import sequence
 
-    for function in (round_module.RoundSTEFunction, lltm.LLTMPointwiseFunction, sequence.LLTMSequenceFunction,
-                     _packed.PackedLLTMFunction, layer.LLTMStackFunction):
+    for function in (round_module.RoundSTEFunction, lltm.LLTMPointwiseFunction, sequence.LLTMSequenceFunction):
         fast = inspect.signature(function.forward)
         assert isinstance(fast, _common._PositionalSignature)
         plain = inspect.Signature(list(fast.parameters.values()))
-        variadic = fast._rest is not None  # LLTMStackFunction's *params
-        names = list(fast.parameters)[:len(fast.parameters) - variadic]
+        names = list(fast.parameters)
         args = tuple(torch.randn(2) for _ in names)
-        calls = [args, args + (torch.randn(3), torch.randn(1))] if variadic else [args]
-        for call in calls:
-            bound = fast.bind(*call)
-            bound.apply_defaults()
-            want = plain.bind(*call)
-            assert len(bound.args) == len(call) and all(a is b for a, b in zip(bound.args, want.args))
-            assert bound.kwargs == want.kwargs == {} and bound.signature is fast
-            assert list(bound.arguments) == list(want.arguments)
-        if names:  # keywords: inspect's binding
+        bound = fast.bind(*args)
+        bound.apply_defaults()
+        want = plain.bind(*args)
+        assert bound.args == want.args and bound.kwargs == want.kwargs == {}
+        assert list(bound.arguments) == names and bound.signature is fast
+        if len(names) > 1:  # keywords: inspect's binding
             kw = fast.bind(*args[:-1], **{names[-1]: args[-1]})
-            assert kw.args == plain.bind(*args).args and type(kw) is inspect.BoundArguments
-        for wrong in (args[:-1],) + (() if variadic else (args + (args[0],),)):
+            assert kw.args == want.args and type(kw) is inspect.BoundArguments
+        for wrong in (args[:-1], args + (args[0],)):
             with pytest.raises(TypeError) as got:
                 fast.bind(*wrong)
             with pytest.raises(TypeError) as expected:
