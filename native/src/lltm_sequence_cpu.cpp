@@ -132,23 +132,29 @@ void product(int64_t rows_per_tile, const A *a, int64_t k, const A *w, A *c, int
     }
 }
 
-// w for `product`: the k x cols matrix m(i, j) = src[i * ld + j] (W_h, the backward's), zero
-// columns up to n (a multiple of kCols), in panels of kCols columns, each k x kCols
-// contiguous; the panels split among the threads.
-template <typename A, typename T>
-std::vector<A> pack_panels(const T *src, int64_t ld, int64_t k, int64_t cols, int64_t n) {
+// w for `product`: a k x cols matrix, zero columns up to n (a multiple of kCols), in panels of
+// kCols columns, each k x kCols contiguous; the panels split among the threads.
+// fill(panel, c0) writes the panel of columns [c0, c0 + kCols) (of them, those below cols).
+template <typename A, typename Fill> std::vector<A> pack(int64_t k, int64_t n, Fill &&fill) {
     constexpr int64_t NC = kCols<A>;
     std::vector<A> w((size_t)(k * n), A(0));
     const int64_t panels = n / NC, parts = std::min(panels, std::max<int64_t>(1, k * n / prl::kGrain));
     prl::run_parts(parts, [&](int64_t p) {
-        for (int64_t c0 = p * panels / parts * NC; c0 < (p + 1) * panels / parts * NC; c0 += NC) {
-            A *panel = w.data() + c0 * k;
-            const int64_t width = std::min(NC, cols - c0);
-            for (int64_t i = 0; i < k; ++i)
-                for (int64_t q = 0; q < width; ++q) panel[i * NC + q] = prl::load(src[i * ld + c0 + q]);
-        }
+        for (int64_t c0 = p * panels / parts * NC; c0 < (p + 1) * panels / parts * NC; c0 += NC)
+            fill(w.data() + c0 * k, c0);
     });
     return w;
+}
+
+// The panels of the k x cols matrix src[i * ld + j] (W_h, the backward's).
+template <typename A, typename T>
+std::vector<A> pack_panels(const T *src, int64_t ld, int64_t k, int64_t cols, int64_t n) {
+    constexpr int64_t NC = kCols<A>;
+    return pack<A>(k, n, [&](A *panel, int64_t c0) {
+        const int64_t width = std::min(NC, cols - c0);
+        for (int64_t i = 0; i < k; ++i)
+            for (int64_t q = 0; q < width; ++q) panel[i * NC + q] = prl::load(src[i * ld + c0 + q]);
+    });
 }
 
 #if defined(PRL_CPU_MULTIVERSION)
@@ -194,26 +200,20 @@ bool transpose_in_registers() {
 template <typename A, typename T>
 std::vector<A> pack_panels_transposed(const T *src, int64_t ld, int64_t k, int64_t cols, int64_t n) {
     constexpr int64_t NC = kCols<A>;
-    std::vector<A> w((size_t)(k * n), A(0));
-    const int64_t panels = n / NC, parts = std::min(panels, std::max<int64_t>(1, k * n / prl::kGrain));
-    prl::run_parts(parts, [&](int64_t p) {
-        for (int64_t c0 = p * panels / parts * NC; c0 < (p + 1) * panels / parts * NC; c0 += NC) {
-            A *panel = w.data() + c0 * k;
-            const int64_t width = std::min(NC, cols - c0);
-            int64_t blocked = 0;  // the first rows of the panel, written in 8 x 8 blocks
+    return pack<A>(k, n, [&](A *panel, int64_t c0) {
+        const int64_t width = std::min(NC, cols - c0);
+        int64_t blocked = 0;  // the first rows of the panel, written in 8 x 8 blocks
 #if defined(PRL_CPU_MULTIVERSION)
-            if constexpr (std::is_same_v<A, float>) {
-                if (width == NC && transpose_in_registers())
-                    for (; blocked + 8 <= k; blocked += 8)
-                        for (int64_t q0 = 0; q0 < NC; q0 += 8)
-                            transpose_8x8(src + (c0 + q0) * ld + blocked, ld, panel + blocked * NC + q0, NC);
-            }
-#endif
-            for (int64_t q = 0; q < width; ++q)
-                for (int64_t i = blocked; i < k; ++i) panel[i * NC + q] = prl::load(src[(c0 + q) * ld + i]);
+        if constexpr (std::is_same_v<A, float>) {
+            if (width == NC && transpose_in_registers())
+                for (; blocked + 8 <= k; blocked += 8)
+                    for (int64_t q0 = 0; q0 < NC; q0 += 8)
+                        transpose_8x8(src + (c0 + q0) * ld + blocked, ld, panel + blocked * NC + q0, NC);
         }
+#endif
+        for (int64_t q = 0; q < width; ++q)
+            for (int64_t i = blocked; i < k; ++i) panel[i * NC + q] = prl::load(src[(c0 + q) * ld + i]);
     });
-    return w;
 }
 
 // dst[i] = src[i] in the arithmetic type, for i < count.
