@@ -51,6 +51,16 @@ ROUND_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 POINTWISE_SIZE = (4096, 1024)  # (B, S)
 
 
+def cpu_model() -> str:
+    """The CPU's model name where the system tells it (Linux: /proc/cpuinfo), else its
+    architecture: the same torch and sizes give other ratios on another CPU."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 @contextlib.contextmanager
 def env_var(name, value):
     """The environment variable `name` set to `value` (None: unset) inside the block."""
@@ -197,7 +207,7 @@ def main(argv=None):
         print(f"{case.name}: " + ", ".join(f"{n} {fmt_time(t)}" for n, t in result.medians.items()) + "; "
               + ", ".join(f"/{n} {v:.3f}" for n, v in result.ratios.items()), flush=True)
     from pyroundlib import _threads
-    meta = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+    meta = {"cpu": cpu_model(), "cpus": os.cpu_count(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
             "pyroundlib": pyroundlib.__version__, "date": datetime.date.today().isoformat(), "rounds": rounds,
             "blas": "yes" if _threads._given["gemm"] and _threads._given["gemm"][0] else "no"}

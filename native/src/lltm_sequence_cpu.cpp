@@ -277,7 +277,14 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     part's rows in whole tiles, then the rows left over as one narrower tile: `product`),
 //     each running the whole sequence, each with at least kMinPartWork multiply-adds over the
 //     sequence, at most as many parts as the batch has tiles.  Parts of whole tiles were up
-//     to a tile apart: 34 and 30 rows of a batch of 64, 10 and 6 of 16, on two threads;
+//     to a tile apart: 34 and 30 rows of a batch of 64, 10 and 6 of 16, on two threads.
+//     Where the batch has fewer tiles than threads (6-row tiles: B = 64 is 11 tiles), parts
+//     of kMinPartRows rows or more, each with at least kMinStepPartSequenceWork over the
+//     sequence: on a 16-core Xeon 0.80-0.93x the time at (T, B, I, S) = (100, 64, 256, 256),
+//     (50, 64, 64, 128), (100, 32, 64, 128) with 8-16 parts in place of 6-11, the same at (16,
+//     64, 16, 256), but 1.26x at (8, 32, 8, 64) training (0.4M multiply-adds a part), which the
+//     minimum keeps on 6 (benchmarks/NOTES.md).  Machines with 3-row tiles (AVX2), or with
+//     threads no more than tiles (two threads), split as before;
 //   - step by step (row_parts == 0): each step's product split into step_parts ranges of
 //     column panels, each with at least kMinStepPartWork multiply-adds a step and
 //     kMinStepPartSequenceWork over the sequence, then the cells in chunks of rows.  A
@@ -301,6 +308,7 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 constexpr double kMinPartWork = double(1 << 18);
 constexpr double kMinStepPartWork = double(1 << 16);
 constexpr double kMinStepPartSequenceWork = double(1 << 21);
+constexpr int64_t kMinPartRows = 4;
 constexpr int64_t kBlasMaxBatch = 4;
 constexpr double kBlasMinWork = double(1 << 17);
 
@@ -316,7 +324,9 @@ struct Plan {
         padded = tiles * rows_per_tile;
         panels = (cols + panel_width - 1) / panel_width;
         const double step_work = double(batch) * double(k) * double(cols);
-        const int64_t by_rows = std::min({threads, tiles, limit(double(steps) * step_work / kMinPartWork)});
+        const int64_t narrow = std::min(batch / kMinPartRows, limit(double(steps) * step_work / kMinStepPartSequenceWork));
+        const int64_t by_rows = std::min({threads, std::max(tiles, narrow),
+                                          limit(double(steps) * step_work / kMinPartWork)});
         step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork),
                                limit(double(steps) * step_work / kMinStepPartSequenceWork)});
         blas = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
