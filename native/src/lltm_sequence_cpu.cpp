@@ -324,7 +324,8 @@ struct Plan {
         padded = tiles * rows_per_tile;
         panels = (cols + panel_width - 1) / panel_width;
         const double step_work = double(batch) * double(k) * double(cols);
-        const int64_t narrow = std::min(batch / kMinPartRows, limit(double(steps) * step_work / kMinStepPartSequenceWork));
+        const int64_t narrow =
+            std::min(batch / kMinPartRows, limit(double(steps) * step_work / kMinStepPartSequenceWork));
         const int64_t by_rows = std::min({threads, std::max(tiles, narrow),
                                           limit(double(steps) * step_work / kMinPartWork)});
         step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork),
