@@ -324,12 +324,11 @@ struct Plan {
         padded = tiles * rows_per_tile;
         panels = (cols + panel_width - 1) / panel_width;
         const double step_work = double(batch) * double(k) * double(cols);
-        const int64_t narrow =
-            std::min(batch / kMinPartRows, limit(double(steps) * step_work / kMinStepPartSequenceWork));
+        const int64_t sequence_parts = limit(double(steps) * step_work / kMinStepPartSequenceWork);
+        const int64_t narrow = std::min(batch / kMinPartRows, sequence_parts);
         const int64_t by_rows = std::min({threads, std::max(tiles, narrow),
                                           limit(double(steps) * step_work / kMinPartWork)});
-        step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork),
-                               limit(double(steps) * step_work / kMinStepPartSequenceWork)});
+        step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork), sequence_parts});
         blas = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
         row_parts = blas || step_parts > 2 * by_rows || (by_rows == 1 && step_parts > 1) ? 0 : by_rows;
     }
