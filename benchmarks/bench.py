@@ -387,7 +387,6 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
 LAYER_LABELS = ("float32 TF32 off", "bfloat16")  # the layer cases' precisions
 PADDED = "pyroundlib, padded"  # in the packed cases: our layer on the same batch padded to T
 OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the route below the chosen one
-IN_TURN = "pyroundlib, directions in turn"  # in CUDA's layer cases: both directions on the current stream
 
 
 @contextlib.contextmanager
@@ -405,18 +404,6 @@ def other_packed_route():
         yield
     finally:
         routes._packed_route = chosen
-
-
-@contextlib.contextmanager
-def directions_in_turn():
-    """A CUDA layer's directions one after the other on the current stream: the with-and-without
-    row of running them at the same time (benchmarks/NOTES.md)."""
-    layer = pyroundlib.layer
-    layer.CONCURRENT_DIRECTIONS = False
-    try:
-        yield
-    finally:
-        layer.CONCURRENT_DIRECTIONS = True
 
 
 def layer_cases(device, steps, batch, features, state, label, packed):
@@ -467,13 +454,6 @@ def layer_cases(device, steps, batch, features, state, label, packed):
                 with other_packed_route():
                     return run_chosen()
             variants[OTHER_ROUTE] = run_other
-        if device.type == "cuda":
-            run_ours = variants[OURS]
-
-            def run_in_turn(run_ours=run_ours):
-                with directions_in_turn():
-                    return run_ours()
-            variants[IN_TURN] = run_in_turn
         cases.append(Case(f"{cpu}LLTMLayer 2-layer bidirectional {kind}, {tag}, wall", variants, group="layer",
                           host_bound=True, settings=settings))
     return cases

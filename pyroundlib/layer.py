@@ -193,36 +193,6 @@ if DIRECT_WITHOUT_GRAD:
 
 # ---- training: the whole stack as one autograd node (LLTMStackFunction) -------------------------
 
-CONCURRENT_DIRECTIONS = True  # False: a CUDA layer's two directions one after the other on the current stream
-_side_streams: dict = {}  # device index -> the stream a CUDA layer's reverse direction runs on
-
-
-def _both_directions(t: Tensor, forward, reverse):
-    """(forward(), reverse()), each a tuple of tensors: on CUDA the reverse direction on a side
-    stream of t's device, at the same time as the forward one, which a single direction's step
-    products leave the GPU room for (benchmarks/NOTES.md).  The side stream first waits for the
-    work queued so far, the current stream then waits for the side stream's; what the reverse
-    direction returns is recorded as used on the current stream, so that the caching allocator
-    gives its memory to no later side-stream work while the current stream may still read it.
-    Autograd runs the backward of a node made on the side stream there too.  Under torch.compile,
-    tracing and export: one after the other (a graph of its own order)."""
-    if not (CONCURRENT_DIRECTIONS and t.is_cuda) or torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return forward(), reverse()
-    current = torch.cuda.current_stream(t.device)
-    side = _side_streams.get(t.device.index)
-    if side is None:
-        side = _side_streams[t.device.index] = torch.cuda.Stream(t.device)
-    side.wait_stream(current)
-    first = forward()
-    with torch.cuda.stream(side):
-        second = reverse()
-    current.wait_stream(side)
-    for r in second:
-        if isinstance(r, Tensor):
-            r.record_stream(current)
-    return first, second
-
-
 def _padded_direction(x: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor, reverse: bool):
     """One direction over a padded batch, one ``lltm_sequence`` node: (output, h_n, c_n); the
     reverse direction runs the batch flipped in time, and its output is flipped back."""
@@ -239,12 +209,13 @@ def _layer_by_layer(x: Tensor, h0, c0, params, directions: int, direction=_padde
     h_n, c_n = [], []
     layers = len(params) // directions
     for k in range(layers):
-        def run(d, x=x, i=k * directions):
-            return direction(x, *params[i + d], h0[i + d], c0[i + d], reverse=bool(d))
-        results = _both_directions(x, lambda: run(0), lambda: run(1)) if directions == 2 else [run(0)]
-        outputs = [output for output, _, _ in results]
-        h_n += [h for _, h, _ in results]
-        c_n += [c for _, _, c in results]
+        outputs = []
+        for d in range(directions):
+            i = k * directions + d
+            output, h, c = direction(x, *params[i], h0[i], c0[i], reverse=bool(d))
+            outputs.append(output)
+            h_n.append(h)
+            c_n.append(c)
         x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
         if between is not None and k < layers - 1:
             x = between(x)
@@ -337,16 +308,15 @@ class LLTMStackFunction(torch.autograd.Function):
         for k in range(len(params) // (2 * directions)):
             if k:
                 saved.append(x)
-
-            def run(d, x=x, i=k * directions):
-                output, h, c, cells, gates = layout.forward(layout.reverse(x) if d else x, params[2 * (i + d)],
-                                                            params[2 * (i + d) + 1], h0[i + d], c0[i + d])
-                return (layout.reverse(output) if d else output), h, c, output, cells, gates
-            results = _both_directions(x, lambda: run(0), lambda: run(1)) if directions == 2 else [run(0)]
-            outputs = [r[0] for r in results]
-            h_n += [r[1] for r in results]
-            c_n += [r[2] for r in results]
-            saved += [t for r in results for t in r[3:]]
+            outputs = []
+            for d in range(directions):
+                i = k * directions + d
+                output, h, c, cells, gates = layout.forward(layout.reverse(x) if d else x, params[2 * i],
+                                                            params[2 * i + 1], h0[i], c0[i])
+                saved += [output, cells, gates]
+                outputs.append(layout.reverse(output) if d else output)
+                h_n.append(h)
+                c_n.append(c)
             # one direction: a copy, so that no tensor is both a result and a saved buffer
             x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0].clone()
         return (x, torch.stack(h_n), torch.stack(c_n), *saved)
@@ -382,23 +352,21 @@ class LLTMStackFunction(torch.autograd.Function):
             layer_input = saved[first] if k else x
             if grad_output is None:
                 grad_output = layer_input.new_zeros(*layer_input.shape[:-1], directions * state)
-
-            def run(d, k=k, first=first, layer_input=layer_input, grad_output=grad_output):
+            d_input = None
+            for d in range(directions):
                 i = k * directions + d
                 output, cells, gates = saved[first + (1 if k else 0) + 3 * d:][:3]
                 grad = grad_output[..., d * state:(d + 1) * state]  # copied: h_n's gradient is added in place
                 grad = layout.reverse(grad) if d else grad.clone(memory_format=torch.contiguous_format)
                 if grad_h_n is not None:
                     layout.add_to_last(grad, grad_h_n[i])
-                d_x, *rest = layout.backward(grad, None if grad_c_n is None else grad_c_n[i].contiguous(),
-                                             layout.reverse(layer_input) if d else layer_input, params[2 * i],
-                                             h0[i], c0[i], output, cells, gates)
-                return ((layout.reverse(d_x) if d else d_x), *rest)
-            results = _both_directions(layer_input, lambda: run(0), lambda: run(1)) if directions == 2 else [run(0)]
-            for d, (d_x, d_weights, d_bias, h, c) in enumerate(results):
-                i = k * directions + d
-                grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = d_weights, d_bias, h, c
-            grad_output = results[0][0] if directions == 1 else results[0][0] + results[1][0]
+                d_x, grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = layout.backward(
+                    grad, None if grad_c_n is None else grad_c_n[i].contiguous(),
+                    layout.reverse(layer_input) if d else layer_input, params[2 * i], h0[i], c0[i], output, cells,
+                    gates)
+                d_x = layout.reverse(d_x) if d else d_x
+                d_input = d_x if d_input is None else d_input + d_x
+            grad_output = d_input
         return (grad_output if needs[0] else None, torch.stack(d_h0) if needs[1] else None,
                 torch.stack(d_c0) if needs[2] else None, None,
                 *(g if need else None for g, need in zip(grads, needs[3:])))

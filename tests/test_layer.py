@@ -625,39 +625,11 @@ def test_stacked_on_a_busy_side_stream(packed):
 
 
 @requires_cuda
-@pytest.mark.parametrize("concurrent", [True, False], ids=["at-once", "in-turn"])
-@pytest.mark.parametrize("route", ["", "1", "0"], ids=["default", "one-call", "step-loop"])
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-def test_directions_at_once_and_in_turn(monkeypatch, concurrent, route, packed):
-    """A CUDA layer's reverse direction runs on a side stream at the same time as the forward
-    one (layer.CONCURRENT_DIRECTIONS), or after it: on every route, training and inference, the
-    input made on a current stream still busy with earlier work (the side stream must wait for
-    it), against the float64 reference."""
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
-    monkeypatch.setattr(pyroundlib.layer, "CONCURRENT_DIRECTIONS", concurrent)
-    layer, x, state, loss = stacked_case("cuda", packed=packed)
-    torch.cuda._sleep(1_000_000)
-    given = [t.clone() for t in state]  # written after the sleep, on the current stream
-    data = x.data.clone()
-    x = x._replace(data=data) if packed else data
-    check_stacked(layer, x, given, loss)
-    with torch.inference_mode():
-        torch.cuda._sleep(1_000_000)
-        got = flat(layer(x._replace(data=x.data.clone()) if packed else x.clone(), [t.clone() for t in given]))
-    want = flat(layer(x, given))
-    torch.testing.assert_close([t.data if packed and i == 0 else t for i, t in enumerate(got)],
-                               [t.data if packed and i == 0 else t for i, t in enumerate(want)])
-
-
-@requires_cuda
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-@pytest.mark.parametrize("dtype,route", [(torch.float32, ""), (torch.bfloat16, ""), (torch.float32, "1")],
-                         ids=["float32", "bfloat16", "float32-one-call"])
-def test_stacked_training_step_in_a_users_cuda_graph(monkeypatch, packed, dtype, route):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stacked_training_step_in_a_users_cuda_graph(packed, dtype):
     """A 2-layer bidirectional layer's forward and backward captured into the caller's CUDA
-    graph and replayed on new data in the captured input (on the one-call route, padded: layer
-    by layer, each layer's reverse direction on a side stream inside the capture)."""
-    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    graph and replayed on new data in the captured input."""
     layer, x, state, loss = stacked_case("cuda", dtype, packed)
     static = x.data if packed else x
 
