@@ -284,7 +284,9 @@ template <typename T> __device__ __forceinline__ int rows_at(const SequenceArgs<
 // as clusters (sm_90+), each block's column tile one of its row tile's; a kernel of its own, so
 // that the others carry none of its code (the one-column-tile steps took 1.07-1.10x their time
 // with it, H100).
-template <typename T, bool Backward, bool Mma, bool Cluster>
+// SC > 0: a kernel for state size SC alone, one column tile of SC columns (CUDA cores, no
+// cluster): the sizes the loop's indices and partial sums depend on are compile-time constants.
+template <typename T, bool Backward, bool Mma, bool Cluster, int SC = 0>
 __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceArgs<T> p) {
     using A = prl::acc_t<T>;
     using ST = std::conditional_t<Mma, T, A>;   // a staged element
@@ -292,7 +294,8 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     constexpr int KC = kWeights<A, Backward>;
     constexpr int LC = Mma ? 0 : KC;             // the staged rows' chunks (staged_col)
     constexpr int V = prl::kVec16<T>;
-    const int S = p.state, B = p.batch, JT = p.jt, BT = p.bt;
+    static_assert(SC == 0 || (!Mma && !Cluster), "a kernel for one state size runs on CUDA cores, one tile");
+    const int S = SC ? SC : p.state, B = p.batch, JT = SC ? SC : p.jt, BT = p.bt;
     const int K = Backward ? 3 * S : S;
     const int NK = Mma ? kMmaWarps / (JT / 16) : (K + KC - 1) / KC;  // partial sums of each output
     const int RS = staged_stride<A, Backward>(Mma, K, NK), PS = BT * G * JT + kPad;
@@ -370,7 +373,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     // while another writes the next), and the cluster's barrier separates the steps.  Both
     // buffers start at zero (their padding is read, and a row not yet begun contributes nothing).
     // The tensor cores read whole n-tiles of 8 rows, zeros past BT.
-    const bool local = p.local, own_rows = local || clustered;
+    const bool local = SC ? true : p.local, own_rows = local || clustered;
     if (Mma || (local && Backward) || clustered) {
         for (int i = tid; i < (clustered ? 2 : 1) * RB; i += blockDim.x) staged[i] = ST{};
         if (clustered) cluster_sync();
@@ -560,12 +563,24 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
 struct Plan {
     Shape shape;
     int bt = 0, blocks = 0;
+    int sc = 0;       // > 0: the kernel for this state size (state_kernel)
     int cluster = 0;  // > 1: blocks per cluster (the column tiles), launched as clusters
     int64_t smem = 0;
     bool fits() const { return blocks > 0; }
 };
 
-template <typename T, bool Backward> void *kernel_of(bool mma, bool cluster) {
+// The state sizes with a kernel of their own (SC above), where the plan's tile is one block of
+// exactly that many columns on CUDA cores: 0 for none.
+constexpr int kStateKernel = 64;
+template <typename T, bool Backward> int state_kernel(const Shape &shape, int64_t state) {
+    if (std::getenv("PYROUNDLIB_STATE_KERNELS") && std::strcmp(std::getenv("PYROUNDLIB_STATE_KERNELS"), "0") == 0)
+        return 0;
+    return !shape.mma && state == kStateKernel && shape.jt == state && !std::is_same<T, double>::value ? (int)state : 0;
+}
+
+template <typename T, bool Backward> void *kernel_of(bool mma, bool cluster, int sc = 0) {
+    if constexpr (!std::is_same<T, double>::value)
+        if (sc == kStateKernel) return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false, false, kStateKernel>);
     if constexpr (prl::stored_in_16_bits<T>::value)
         if (mma)
             return cluster ? reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, true>)
@@ -637,7 +652,8 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, TensorCores tens
         if (mma.jt && (tensor_cores == kTensorCoresAlways || by_rule)) shape = mma;
     }
     if (shape.jt == 0) return cudaSuccess;
-    void *kernel = kernel_of<T, Backward>(shape.mma, false);
+    const int sc = state_kernel<T, Backward>(shape, state);
+    void *kernel = kernel_of<T, Backward>(shape.mma, false, sc);
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (err != cudaSuccess) return err;
     const int64_t j_tiles = (state + shape.jt - 1) / shape.jt;
@@ -685,6 +701,7 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, TensorCores tens
             plan.bt = (int)bt;
             plan.blocks = (int)blocks;
             plan.smem = smem;
+            plan.sc = sc;
             break;
         }
         if (bt >= batch) break;
@@ -695,11 +712,12 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, TensorCores tens
 // Plans are made once per (device, dtype, direction, batch, state) and kept.
 template <typename T, bool Backward>
 cudaError_t cached_plan(int64_t batch, int64_t state, int dtype, int device, Plan &plan) {
-    using Key = std::tuple<int, int, bool, int64_t, int64_t, int>;
+    using Key = std::tuple<int, int, bool, int64_t, int64_t, int, bool>;
     static std::mutex mutex;
     static std::map<Key, Plan> plans;
     const TensorCores tensor_cores = tensor_cores_setting();
-    const Key key{device, dtype, Backward, batch, state, tensor_cores};
+    const char *state_kernels = std::getenv("PYROUNDLIB_STATE_KERNELS");
+    const Key key{device, dtype, Backward, batch, state, tensor_cores, state_kernels && !std::strcmp(state_kernels, "0")};
     {
         std::lock_guard<std::mutex> lock(mutex);
         auto it = plans.find(key);
@@ -743,7 +761,7 @@ prl_status launch_planned(const char *fn, SequenceArgs<T> args, const Plan &plan
                                    static_cast<cudaStream_t>(stream));
         err = cudaLaunchKernelExC(&launch.config, kernel_of<T, Backward>(plan.shape.mma, true), params);
     } else {
-        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(plan.shape.mma, false), dim3(plan.blocks),
+        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(plan.shape.mma, false, plan.sc), dim3(plan.blocks),
                                           dim3(plan.shape.threads), params, (size_t)plan.smem,
                                           static_cast<cudaStream_t>(stream));
     }
