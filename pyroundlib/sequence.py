@@ -77,9 +77,11 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 # =fused FUSED wherever it fits, =0 neither.  PYROUNDLIB_TENSOR_CORES, read by the library
 # when it plans a grid (=1: 16-bit products on tensor cores wherever they fit, =0: never,
 # unset: the plan's rule), is asked for the kernels' fit once per size: set it before the
-# first call.
+# first call.  PYROUNDLIB_STATE_KERNELS=0, read there too, keeps S = 64 on the general
+# persistent kernel instead of the one compiled for that size (the same bits; a diagnostic).
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
 TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
+STATE_KERNELS_ENV_VAR = "PYROUNDLIB_STATE_KERNELS"
 FUSED, ONE_CALL, REPLAYED, STEPS = "fused", "one call", "replayed steps", "steps"
 FUSED_MAX_WORK = 1 << 20  # T * B * S below which the fused CUDA kernels run
 FUSED_MAX_STEPS = 128  # T up to which they run where the persistent kernels could

@@ -802,6 +802,34 @@ def test_tensor_cores_switch(monkeypatch, dtype):
     assert not torch.equal(results["1"], results["0"])
 
 
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_state_size_kernel_gives_the_general_kernels_bits(monkeypatch, dtype):
+    """At S = 64 (one block of its 64 columns on CUDA cores) the persistent kernels are compiled
+    for that state size; PYROUNDLIB_STATE_KERNELS=0 runs the general ones.  The same sums in the
+    same order: the same bits, outputs and every gradient, padded and over a pack's sizes; and
+    both match the float64 reference."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    args = seq_args(40, 16, 8, 64, dtype, "cuda")
+    lengths = [40, 37, 33, 20, 20, 9, 4, 1] * 2
+    pack = torch.nn.utils.rnn.pack_padded_sequence(args[0].detach().clone(), lengths, enforce_sorted=False)
+    pack = pack._replace(data=pack.data.requires_grad_())
+    layer = pyroundlib.LLTMLayer(8, 64, device="cuda", dtype=dtype)
+    assert sequence._packed_route(pack.data, 40, 16, 8, 64) == sequence.ONE_CALL
+    results = {}
+    for setting in ("0", "1"):
+        monkeypatch.setenv(sequence.STATE_KERNELS_ENV_VAR, setting)
+        got = ours(*args)
+        padded = [*got, *torch.autograd.grad(weighted_loss(got), args)]
+        output, (h, c) = layer(pack)
+        packed = [output.data, h, c, *torch.autograd.grad(weighted_loss((output.data, h, c)),
+                                                          [pack.data, *layer.parameters()])]
+        results[setting] = padded + packed
+    for a, b in zip(results["0"], results["1"]):
+        assert torch.equal(a, b)
+    check_against_reference(args, TOLERANCES[dtype])
+
+
 # (dtype, (T, B, I, S), TF32 allowed) -> the route a CUDA call takes by default
 CUDA_ROUTES = [
     (torch.float32, (8, 32, 8, 64), False, sequence.FUSED),  # short, small: the fused kernels
