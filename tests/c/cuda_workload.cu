@@ -241,7 +241,8 @@ int main() {
             lltm_case<uint16_t>(PRL_FLOAT16, 9, state, with_grad_h);
             lltm_case<uint16_t>(PRL_BFLOAT16, 9, state, with_grad_h);
         }
-    for (int64_t state : {64, 33, 100, 300}) {  // float32: one column tile at 64 and 33, a cluster, the grid
+    // float32: one column tile at 64 (the kernel for that size) and 33, a cluster, the grid barrier
+    for (int64_t state : {64, 33, 100, 300}) {
         sequence_case<float>(PRL_FLOAT32, 4, 7, state);
         sequence_case<double>(PRL_FLOAT64, 3, 5, state);
     }
