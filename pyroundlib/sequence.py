@@ -77,8 +77,8 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 # =fused FUSED wherever it fits, =0 neither.  PYROUNDLIB_TENSOR_CORES, read by the library
 # when it plans a grid (=1: 16-bit products on tensor cores wherever they fit, =0: never,
 # unset: the plan's rule), is asked for the kernels' fit once per size: set it before the
-# first call.  PYROUNDLIB_STATE_KERNELS=0, read there too, keeps S = 64 on the general
-# persistent kernel instead of the one compiled for that size (the same bits; a diagnostic).
+# first call.  PYROUNDLIB_STATE_KERNELS=0, read there too, keeps S = 64 (and 16-bit S = 128) on
+# the general persistent kernel instead of the one compiled for that size (the same bits).
 PERSISTENT_ENV_VAR = "PYROUNDLIB_PERSISTENT_SEQUENCE"
 TENSOR_CORES_ENV_VAR = "PYROUNDLIB_TENSOR_CORES"
 STATE_KERNELS_ENV_VAR = "PYROUNDLIB_STATE_KERNELS"

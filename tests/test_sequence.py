@@ -803,19 +803,21 @@ def test_tensor_cores_switch(monkeypatch, dtype):
 
 
 @requires_cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_state_size_kernel_gives_the_general_kernels_bits(monkeypatch, dtype):
-    """At S = 64 (one block of its 64 columns on CUDA cores) the persistent kernels are compiled
-    for that state size; PYROUNDLIB_STATE_KERNELS=0 runs the general ones.  The same sums in the
-    same order: the same bits, outputs and every gradient, padded and over a pack's sizes; and
-    both match the float64 reference."""
+@pytest.mark.parametrize("dtype,state", [(torch.float32, 64), (torch.float16, 64), (torch.bfloat16, 64),
+                                         (torch.float16, 128), (torch.bfloat16, 128)], ids=str)
+def test_state_size_kernel_gives_the_general_kernels_bits(monkeypatch, dtype, state):
+    """At S = 64 (one block of its 64 columns on CUDA cores) and, in 16 bits, S = 128 (one block
+    of 128 columns on tensor cores) the persistent kernels are compiled for that state size;
+    PYROUNDLIB_STATE_KERNELS=0 runs the general ones.  The same sums in the same order: the same
+    bits, outputs and every gradient, padded and over a pack's sizes; and both match the float64
+    reference."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    args = seq_args(40, 16, 8, 64, dtype, "cuda")
+    args = seq_args(40, 16, 8, state, dtype, "cuda")
     lengths = [40, 37, 33, 20, 20, 9, 4, 1] * 2
     pack = torch.nn.utils.rnn.pack_padded_sequence(args[0].detach().clone(), lengths, enforce_sorted=False)
     pack = pack._replace(data=pack.data.requires_grad_())
-    layer = pyroundlib.LLTMLayer(8, 64, device="cuda", dtype=dtype)
-    assert sequence._packed_route(pack.data, 40, 16, 8, 64) == sequence.ONE_CALL
+    layer = pyroundlib.LLTMLayer(8, state, device="cuda", dtype=dtype)
+    assert sequence._packed_route(pack.data, 40, 16, 8, state) == sequence.ONE_CALL
     results = {}
     for setting in ("0", "1"):
         monkeypatch.setenv(sequence.STATE_KERNELS_ENV_VAR, setting)

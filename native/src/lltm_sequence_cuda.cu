@@ -284,8 +284,8 @@ template <typename T> __device__ __forceinline__ int rows_at(const SequenceArgs<
 // as clusters (sm_90+), each block's column tile one of its row tile's; a kernel of its own, so
 // that the others carry none of its code (the one-column-tile steps took 1.07-1.10x their time
 // with it, H100).
-// SC > 0: a kernel for state size SC alone, one column tile of SC columns (CUDA cores, no
-// cluster): the sizes the loop's indices and partial sums depend on are compile-time constants.
+// SC > 0: a kernel for state size SC alone, one column tile of SC columns (no cluster): the
+// sizes the loop's indices and partial sums depend on are compile-time constants.
 template <typename T, bool Backward, bool Mma, bool Cluster, int SC = 0>
 __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceArgs<T> p) {
     using A = prl::acc_t<T>;
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     constexpr int KC = kWeights<A, Backward>;
     constexpr int LC = Mma ? 0 : KC;             // the staged rows' chunks (staged_col)
     constexpr int V = prl::kVec16<T>;
-    static_assert(SC == 0 || (!Mma && !Cluster), "a kernel for one state size runs on CUDA cores, one tile");
+    static_assert(SC == 0 || !Cluster, "a kernel for one state size runs one column tile");
     const int S = SC ? SC : p.state, B = p.batch, JT = SC ? SC : p.jt, BT = p.bt;
     const int K = Backward ? 3 * S : S;
     const int NK = Mma ? kMmaWarps / (JT / 16) : (K + KC - 1) / KC;  // partial sums of each output
@@ -569,26 +569,30 @@ struct Plan {
     bool fits() const { return blocks > 0; }
 };
 
-// The state size with a kernel of its own (SC above), taken where the plan's tile is one block
-// of exactly its columns on CUDA cores: its loop's sizes fold into the code.  On an H100
-// (2026-11-27, the kernels' GPU time, torch.profiler, 3 alternating processes each) 0.84-0.90x
-// the backward's time at S = 64 (B = 1-64), the forward's 0.76-0.82x in bfloat16 and 0.88-0.95x
-// in float32 (1.03x at B = 64); the same sums in the same order, so the same bits.
-// PYROUNDLIB_STATE_KERNELS=0 keeps every size on the general kernel (the with-and-without).
-constexpr int kStateKernel = 64;
+// The state sizes with a kernel of their own (SC above), taken where the plan's tile is one
+// block of exactly their columns: 64 on CUDA cores, 128 on tensor cores.  Their loops' sizes fold
+// into the code.  On an H100 (2026-11-27, the kernels' GPU time, torch.profiler, 3 alternating
+// processes each): at S = 64 0.82-0.90x the backward's time (B = 1-64), the forward's 0.76-0.82x
+// in 16 bits and 0.88-0.95x in float32 (1.03x at B = 64); at S = 128 in 16 bits 0.67-0.73x the
+// forward's, 0.71-0.83x the backward's (B = 1-64).  The same sums in the same order, so the same
+// bits.  PYROUNDLIB_STATE_KERNELS=0 keeps every size on the general kernel (the with-and-without).
+constexpr int kStateKernel = 64, kMmaStateKernel = 128;
 bool state_kernels_off() {
     const char *value = std::getenv("PYROUNDLIB_STATE_KERNELS");
     return value && std::strcmp(value, "0") == 0;
 }
 template <typename T> int state_kernel(const Shape &shape, int64_t state) {
-    const bool fits = !std::is_same<T, double>::value && !shape.mma && state == kStateKernel && shape.jt == state;
-    return fits && !state_kernels_off() ? kStateKernel : 0;
+    const int sc = shape.mma ? kMmaStateKernel : std::is_same<T, double>::value ? 0 : kStateKernel;
+    return sc && state == sc && shape.jt == state && !state_kernels_off() ? sc : 0;
 }
 
 template <typename T, bool Backward> void *kernel_of(bool mma, bool cluster, int sc = 0) {
     if constexpr (!std::is_same<T, double>::value)
         if (sc == kStateKernel)
             return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false, false, kStateKernel>);
+    if constexpr (prl::stored_in_16_bits<T>::value)
+        if (sc == kMmaStateKernel)
+            return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, false, kMmaStateKernel>);
     if constexpr (prl::stored_in_16_bits<T>::value)
         if (mma)
             return cluster ? reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, true>)

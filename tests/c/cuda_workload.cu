@@ -246,11 +246,12 @@ int main() {
         sequence_case<float>(PRL_FLOAT32, 4, 7, state);
         sequence_case<double>(PRL_FLOAT64, 3, 5, state);
     }
-    // 16-bit: the tensor cores' tiles on sm_80+ (one column tile up to 128, clusters of 10 and 4
-    // at 300 and 256, the grid barrier at 520), then the CUDA cores' (the plans are per setting)
+    // 16-bit: the tensor cores' tiles on sm_80+ (one column tile up to 128, 128 the kernel for that
+    // size, clusters of 10 and 4 at 300 and 256, the grid barrier at 520), then the CUDA cores' (the
+    // plans are per setting)
     for (const char *tensor_cores : {"1", "0"}) {
         setenv("PYROUNDLIB_TENSOR_CORES", tensor_cores, 1);
-        for (int64_t state : {64, 33, 100, 300, 256, 520}) {
+        for (int64_t state : {64, 128, 33, 100, 300, 256, 520}) {
             sequence_case<uint16_t>(PRL_BFLOAT16, 3, 9, state);
             sequence_case<uint16_t>(PRL_FLOAT16, 2, 5, state);
         }
