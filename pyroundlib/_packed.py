@@ -249,6 +249,74 @@ def _backward_steps(grad_output, grad_c_n, gates, w_h, c0, cells, d_gates, d_h0,
         torch.mm(dg[t], w_h, out=d_h0 if t == 0 else d_h[:rows])
 
 
+# ---- a bidirectional layer's two directions in lockstep, step by step (the step loop's route) --
+
+def both_forward(data, pack: Pack, params, h0, c0):
+    """Both directions of a bidirectional layer over a pack as one step loop: step t of the
+    forward direction and step t of the reverse one (each sequence reversed within its own
+    length: the same batch sizes) at once, each step one batched product over the two
+    directions' weights and one pointwise launch over both directions' rows.  The buffers
+    interleave the directions row by row ([N, 2, ...]: step t's rows are a contiguous [2 *
+    rows_t] block, and the first rows_t pairs of the step before are its old cells), so the
+    cell's kernel needs no change.  params: (weights, bias) of the forward then the reverse
+    direction; h0, c0 [2, B, S].  -> (output [N, 2S] in nn.LSTM's layout, h_n, c_n [2, B, S],
+    and the buffers the backward reads: outputs, cells [N, 2, S] and gates [N, 2, 3S], the
+    reverse direction's rows in its own (reversed) order)."""
+    (w_f, b_f), (w_r, b_r) = params
+    state, code, sizes = h0.shape[-1], DTYPE_CODES[data.dtype], pack.host_sizes
+    gates = data.new_empty(pack.rows, 2, 3 * state)
+    for d, (w, b, x) in enumerate(((w_f, b_f, data), (w_r, b_r, data.index_select(0, pack.reverse)))):
+        torch.addmm(b, x, w[:, state:].t(), out=gates[:, d])
+    w_t = torch.stack((w_f[:, :state], w_r[:, :state])).transpose(1, 2)  # [2, S, 3S]
+    outputs, cells = data.new_empty(pack.rows, 2, state), data.new_empty(pack.rows, 2, state)
+    h, c = h0.transpose(0, 1).contiguous(), c0.transpose(0, 1).contiguous()  # [B, 2, S]
+    for g, new_h, new_c in zip(gates.split(sizes), outputs.split(sizes), cells.split(sizes)):
+        rows = len(g)
+        g.transpose(0, 1).baddbmm_(h[:rows].transpose(0, 1), w_t)
+        _cell_forward_kernel(g, g.data_ptr(), c.data_ptr(), new_h.data_ptr(), new_c.data_ptr(), 2 * rows, state,
+                             code)
+        h, c = new_h, new_c
+    output = torch.cat((outputs[:, 0], outputs[:, 1].index_select(0, pack.reverse)), dim=1)
+    h_n, c_n = (t.index_select(0, pack.last).transpose(0, 1) for t in (outputs, cells))
+    return output, h_n, c_n, outputs, cells, gates
+
+
+def both_backward(grad_output, grad_h_n, grad_c_n, data, pack: Pack, params, h0, c0, outputs, cells, gates):
+    """both_forward's gradients: grad_output [N, 2S] or None, grad_h_n and grad_c_n [2, B, S] or
+    None (zero).  The reverse loop of _backward_steps over both directions' rows at once.  ->
+    (d_data, [d_weights, d_bias of the forward then the reverse direction], d_h0, d_c0 [2, B, S])."""
+    (w_f, _), (w_r, _) = params
+    state, code, sizes = h0.shape[-1], DTYPE_CODES[data.dtype], pack.host_sizes
+    go = data.new_zeros(pack.rows, 2, state)
+    if grad_output is not None:
+        go[:, 0] = grad_output[:, :state]
+        go[:, 1] = grad_output[:, state:].index_select(0, pack.reverse)
+    if grad_h_n is not None:  # h_n is each sequence's output row at its last step
+        go.index_add_(0, pack.last, grad_h_n.transpose(0, 1))
+    d_cell = grad_c_n.transpose(0, 1).contiguous() if grad_c_n is not None else data.new_zeros(pack.batch, 2, state)
+    d_cell = (d_cell, d_cell.clone())  # a kernel's input and output must not overlap: two buffers, in turn
+    d_gates, d_h = torch.empty_like(gates), data.new_zeros(pack.batch, 2, state)
+    d_h0, d_c0 = torch.empty_like(d_h), torch.empty_like(d_h)
+    w_h = torch.stack((w_f[:, :state], w_r[:, :state]))  # [2, 3S, S]
+    g, gos, dg = gates.split(sizes), go.split(sizes), d_gates.split(sizes)
+    old = (c0.transpose(0, 1).contiguous(), *cells.split(sizes))
+    for t in range(len(sizes) - 1, -1, -1):
+        rows, later = sizes[t], sizes[t + 1] if t + 1 < len(sizes) else 0
+        _backward_parts_kernel(d_h0, gos[t].data_ptr(), d_h.data_ptr() if later else None, 1 if later else 0,
+                               d_cell[(t + 1) % 2].data_ptr(), g[t].data_ptr(), old[t].data_ptr(), dg[t].data_ptr(),
+                               (d_c0 if t == 0 else d_cell[t % 2]).data_ptr(), 2 * rows, state, code)
+        torch.bmm(dg[t].transpose(0, 1), w_h, out=(d_h0 if t == 0 else d_h[:rows]).transpose(0, 1))
+    reverse_data = data.index_select(0, pack.reverse)
+    d_data, grads = None, []
+    for d, (w, x, h_0) in enumerate(((w_f, data, h0[0]), (w_r, reverse_data, h0[1]))):
+        d_g = d_gates[:, d]
+        d_x = d_g @ w[:, state:]
+        d_data = d_x if d_data is None else d_data + d_x.index_select(0, pack.reverse)
+        inputs = torch.cat([torch.cat([h_0, outputs[:, d]]).index_select(0, pack.previous), x], dim=1)
+        grads += [d_g.t() @ inputs, d_g.sum(0)]
+    return d_data, grads, d_h0.transpose(0, 1), d_c0.transpose(0, 1)
+
+
 def _differentiable(data, weights, bias, h0, c0, pack: Pack):
     """PackedLLTMFunction's results in torch ops, step by step over the pack's rows."""
     outputs, h, c, row = [], h0, c0, 0

@@ -43,6 +43,7 @@ from ._packed import Pack, packed_direction
 from .sequence import lltm_sequence
 
 _layer_inference_kernel = Kernel("lltm_layer_fused_inference", cpu=False)
+LOCKSTEP = "steps, both directions in lockstep"  # a pack's layer route (_Packed.lockstep)
 
 
 def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, lengths=None, order=None) -> None:
@@ -231,6 +232,10 @@ class _Padded:
         self.directions = directions
 
     @staticmethod
+    def lockstep(x: Tensor, state: int) -> bool:
+        return False
+
+    @staticmethod
     def reverse(t: Tensor) -> Tensor:
         return t.flip(0)
 
@@ -263,6 +268,24 @@ class _Packed:
     def __init__(self, directions: int, pack: Pack):
         self.directions, self.pack = directions, pack
         self.routes = {}  # input width -> the route its directions took (the same for both)
+
+    def lockstep(self, x: Tensor, state: int) -> bool:
+        """Whether a layer of input x runs its two directions in lockstep (``_packed.both_forward``):
+        on CUDA where they would each run the step loop and its products run on tensor cores, so
+        that the loop is bound by its host time, which the lockstep halves (one batched product
+        and one pointwise launch a step for both).  In full-precision float32 the products bound
+        the loop, and the batched ones took longer (benchmarks/NOTES.md)."""
+        if self.directions != 2 or x.is_cpu or not sequence._tensor_core_products(x) \
+                or sequence._packed_route(x, self.pack.steps, self.pack.batch, x.shape[1], state) is not sequence.STEPS:
+            return False
+        self.routes[x.shape[1]] = LOCKSTEP
+        return True
+
+    def both_forward(self, x, params, h0, c0):
+        return _packed.both_forward(x, self.pack, params, h0, c0)
+
+    def both_backward(self, *args):
+        return _packed.both_backward(*args[:4], self.pack, *args[4:])
 
     def reverse(self, t: Tensor) -> Tensor:
         return t.index_select(0, self.pack.reverse)
@@ -308,6 +331,14 @@ class LLTMStackFunction(torch.autograd.Function):
         for k in range(len(params) // (2 * directions)):
             if k:
                 saved.append(x)
+            if layout.lockstep(x, h0.shape[-1]):  # a layer's two directions as one step loop
+                i = 2 * k
+                x, h, c, *buffers = layout.both_forward(x, (params[2 * i:2 * i + 2], params[2 * i + 2:2 * i + 4]),
+                                                        h0[i:i + 2], c0[i:i + 2])
+                saved += buffers * 2  # three buffers a direction, as the other routes save: both directions' in each
+                h_n += h.unbind(0)
+                c_n += c.unbind(0)
+                continue
             outputs = []
             for d in range(directions):
                 i = k * directions + d
@@ -352,6 +383,15 @@ class LLTMStackFunction(torch.autograd.Function):
             layer_input = saved[first] if k else x
             if grad_output is None:
                 grad_output = layer_input.new_zeros(*layer_input.shape[:-1], directions * state)
+            if directions == 2 and getattr(layout, "routes", {}).get(layer_input.shape[1]) is LOCKSTEP:
+                i = 2 * k
+                outputs, cells, gates = saved[first + (1 if k else 0):][:3]
+                grad_output, grads[2 * i:2 * i + 4], (d_h0[i], d_h0[i + 1]), (d_c0[i], d_c0[i + 1]) = \
+                    layout.both_backward(grad_output, None if grad_h_n is None else grad_h_n[i:i + 2],
+                                         None if grad_c_n is None else grad_c_n[i:i + 2], layer_input,
+                                         (params[2 * i:2 * i + 2], params[2 * i + 2:2 * i + 4]),
+                                         h0[i:i + 2], c0[i:i + 2], outputs, cells, gates)
+                continue
             d_input = None
             for d in range(directions):
                 i = k * directions + d
@@ -530,12 +570,12 @@ class LLTMLayer(torch.nn.Module):
         pack's data [N, features]; state checked, or None; ``inference``: _no_gradient_wanted's
         answer.  -> (output, h_n, c_n), the output shaped as x with D*S features."""
         directions = 2 if self.bidirectional else 1
-        if x.shape[0] and not inference and not (self.dropout > 0 and self.training and self.num_layers > 1) \
+        if x.shape[0] and not (self.dropout > 0 and self.training and self.num_layers > 1) \
                 and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or exporting()) \
-                and (pack is not None or self.bidirectional
+                and (pack is not None or not inference and self.bidirectional
                      and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
                                     inference=False, route=sequence.FUSED if x.is_cuda else sequence.ONE_CALL)):
-            trained = self._stack_training(x, batch, state, pack)
+            trained = self._stack_training(x, batch, state, pack, inference)
             if trained is not None:
                 return trained
         layers = self.num_layers * directions
@@ -559,9 +599,9 @@ class LLTMLayer(torch.nn.Module):
             params.append((weights, get(f"bias{suffix}") if self.has_bias else weights.new_zeros(3 * self.state_size)))
         return params
 
-    def _stack_training(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None):
+    def _stack_training(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None, inference: bool = False):
         """_layers in training, padded on the fused route or packed: one autograd node for the
-        stack (LLTMStackFunction); None where the arguments are not all of x's dtype and device, the
+        stack (LLTMStackFunction); a pack's inference: the same forward, no node.  None where the arguments are not all of x's dtype and device, the
         parameters not of their shapes, or a tangent is carried (the layer-by-layer path then
         raises, naming the argument, or computes forward mode in torch ops)."""
         check_tensor("input", x)  # raises for bad input, naming it, as the layer-by-layer path does
@@ -576,8 +616,9 @@ class LLTMLayer(torch.nn.Module):
                 or any(p.shape != shape for p, shape in zip(params, expected)) or has_tangent((x, h0, c0, *params)):
             return None
         layout = _Padded(2) if pack is None else _Packed(2 if self.bidirectional else 1, pack)
-        output, h_n, c_n, *_ = LLTMStackFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), layout,
-                                                       *(p.contiguous() for p in params))
+        run = LLTMStackFunction.forward if inference else LLTMStackFunction.apply
+        output, h_n, c_n, *_ = run(x.contiguous(), h0.contiguous(), c0.contiguous(), layout,
+                                   *(p.contiguous() for p in params))
         return output, h_n, c_n
 
     def _inference_stack(self, x: Tensor, steps: int, batch: int, state, pack: Optional[Pack] = None,

@@ -107,6 +107,12 @@ INPUT_HALF_BY_TORCH_FROM = 1 << 20
 INPUT_HALF_IN_LIBRARY_BELOW = 1 << 19
 
 
+def _tensor_core_products(t: Tensor) -> bool:
+    """Whether torch's CUDA GEMMs of t's dtype run on tensor cores (float16, bfloat16; float32
+    with TF32 allowed): there a step loop's products are short next to its host time."""
+    return t.dtype in _TENSOR_CORE_DTYPES or (t.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+
+
 def _route(t: Tensor, steps: int, batch: int, features: int, state: int, inference: bool = False) -> str:
     """FUSED, ONE_CALL, REPLAYED or STEPS for a sequence of T >= 1 steps (above); ``inference``:
     for a forward that no backward follows."""
@@ -114,8 +120,7 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int, inferen
     if t.is_cpu:
         accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the library's sequence loop takes
         return ONE_CALL if choice != "0" and accepted else STEPS
-    tensor_cores = t.dtype in _TENSOR_CORE_DTYPES or (t.dtype == torch.float32
-                                                       and torch.backends.cuda.matmul.allow_tf32)
+    tensor_cores = _tensor_core_products(t)
     persistent = choice != "0" and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
     fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
         and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)

@@ -506,6 +506,61 @@ def test_packed_routes(monkeypatch, device, route, dtype):
     check_stacked(layer, x, state, loss, value, grads)
 
 
+def forced_lockstep(self, x, state):
+    """_Packed.lockstep taking every bidirectional layer, where its rule would not (the CPU, full
+    precision): the lockstep's calls tested on every device and dtype."""
+    if self.directions == 2:
+        self.routes[x.shape[1]] = pyroundlib.layer.LOCKSTEP
+    return self.directions == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_packed_directions_in_lockstep(monkeypatch, device, dtype):
+    """A bidirectional layer's two directions over a pack as one step loop (_packed.both_forward,
+    both_backward): taken by the rule on CUDA in 16 bits, forced elsewhere.  Output, h_n, c_n and
+    the gradients of the input, every parameter and the state against the tutorial cell in
+    float64 on the CPU, each sequence run alone, every element written (on CUDA into NaN-filled
+    memory); inference the same bits as training."""
+    if not (device == "cuda" and dtype == torch.bfloat16):
+        monkeypatch.setattr(pyroundlib.layer._Packed, "lockstep", forced_lockstep)
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")  # the step loop, as where the kernels do not fit
+    taken, both = [], pyroundlib._packed.both_forward
+    monkeypatch.setattr(pyroundlib._packed, "both_forward", lambda *args: taken.append(1) or both(*args))
+    torch.manual_seed(0)
+    lengths = [7, 3, 5, 7, 1, 4]
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
+    x = torch.randn(7, len(lengths), I, device=device, dtype=dtype, requires_grad=True)
+    state = [torch.randn(4, len(lengths), S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
+    if device == "cuda":
+        poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]
+        del poison
+    pack = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+    output, (h, c) = layer(pack, state)
+    assert len(taken) == 2  # each layer
+    results = (torch.nn.utils.rnn.pad_packed_sequence(output)[0], h, c)
+    weights = [torch.randn(t.shape, dtype=torch.float64) for t in results]
+    inputs = [x, *layer.parameters(), *state]
+    grads = torch.autograd.grad(sum((t.double() * w.to(device)).sum() for t, w in zip(results, weights)), inputs)
+    with torch.inference_mode():
+        inferred = layer(pack, state)
+    assert len(taken) == 4 and all(torch.equal(a, b) for a, b in zip((inferred[0].data, *inferred[1]),
+                                                                      (output.data, h, c)))
+    ref = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
+    ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
+    ref_inputs = [t.detach().cpu().double().requires_grad_() for t in (x, *state)]
+    want = packed_reference(ref, ref_inputs[0], lengths, ref_inputs[1:])
+    want_grads = torch.autograd.grad(sum((t * w).sum() for t, w in zip(want, weights)),
+                                     [ref_inputs[0], *ref.parameters(), *ref_inputs[1:]])
+    for got, expected in zip((*results, *grads), (*want, *want_grads)):
+        got = got.detach().cpu().double()
+        assert not torch.isnan(got).any(), "elements not written"
+        if dtype == torch.bfloat16:  # the rounding of every stored step
+            assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
+        else:
+            torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("route", ["", "0"], ids=["one-call", "step-loop"])
 def test_packed_inference_runs_no_autograd_node(monkeypatch, device, route):
@@ -963,6 +1018,7 @@ def test_packed_stack_function_against_the_layer_by_layer_path(monkeypatch, devi
     want = pyroundlib.layer._layer_by_layer(data, h0, c0, list(zip(params[::2], params[1::2])), directions,
                                             lambda *args, reverse: pyroundlib._packed.packed_direction(
                                                 args[0], pack, *args[1:], reverse=reverse))
+    assert pyroundlib.layer.LOCKSTEP not in layout.routes.values()  # float64: never
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     weights = [torch.randn_like(t) for t in want]
     for used in ((0, 1, 2), (0,), (1, 2)):
@@ -972,8 +1028,11 @@ def test_packed_stack_function_against_the_layer_by_layer_path(monkeypatch, devi
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_packed_stack_function_gradcheck_and_gradgradcheck(monkeypatch, device):
-    data, h0, c0, params, pack = packed_stack_case(device, 2, 2, "", monkeypatch)
+@pytest.mark.parametrize("route", ["", "lockstep"], ids=["one-call", "step-loop-in-lockstep"])
+def test_packed_stack_function_gradcheck_and_gradgradcheck(monkeypatch, device, route):
+    if route == "lockstep":  # where the rule never takes it (float64): forced
+        monkeypatch.setattr(pyroundlib.layer._Packed, "lockstep", forced_lockstep)
+    data, h0, c0, params, pack = packed_stack_case(device, 2, 2, "0" if route else "", monkeypatch)
 
     def f(data, h0, c0, *params):
         return pyroundlib.layer.LLTMStackFunction.apply(data, h0, c0, pyroundlib.layer._Packed(2, pack), *params)[:3]
