@@ -392,18 +392,21 @@ OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the route bel
 @contextlib.contextmanager
 def other_packed_route():
     """The pack's next route down while in the block: the one-call loop where the layer takes
-    the fused kernels, the step loop where it takes the one-call loop (and where the kernels do
-    not fit, the same step loop); the with-and-without row of the chosen route
-    (benchmarks/NOTES.md)."""
+    the fused kernels, the step loop where it takes the one-call loop, and where the kernels do
+    not fit, the step loop a direction at a time where the layer runs a layer's two in lockstep;
+    the with-and-without row of the chosen route (benchmarks/NOTES.md)."""
     routes, chosen = pyroundlib.sequence, pyroundlib.sequence._packed_route
+    packed, lockstep = pyroundlib.layer._Packed, pyroundlib.layer._Packed.lockstep
 
     def other(t, steps, batch, features, state):
         return routes.ONE_CALL if chosen(t, steps, batch, features, state) is routes.FUSED else routes.STEPS
     routes._packed_route = other
+    packed.lockstep = lambda self, x, state: False
     try:
         yield
     finally:
         routes._packed_route = chosen
+        packed.lockstep = lockstep
 
 
 def layer_cases(device, steps, batch, features, state, label, packed):

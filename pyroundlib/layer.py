@@ -313,8 +313,10 @@ class _Packed:
 class LLTMStackFunction(torch.autograd.Function):
     """A stack's training as one autograd node: a bidirectional padded batch where the fused
     CUDA kernels (on the CPU: the library loop) take every layer, or a pack on any device
-    (``LLTMLayer`` picks it).  Each direction's forward and backward are the calls a
-    layer-by-layer node would make (``layout``: ``_Padded`` or ``_Packed``), the same bits; one
+    (``LLTMLayer`` picks it; a pack's inference runs its forward without the node).  Each
+    direction's forward and backward are the calls a layer-by-layer node would make (``layout``:
+    ``_Padded`` or ``_Packed``), the same bits, but where a pack's layer runs its two directions as
+    one step loop (``_Packed.lockstep``: its batched products round otherwise); one
     node and its own buffers instead of a node per direction and the flips, concatenations and
     stacks between them (0.72-0.80x the time of a 2-layer bidirectional layer's fwd+bwd at small
     sizes on an H100, padded; benchmarks/NOTES.md).
