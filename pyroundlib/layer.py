@@ -603,9 +603,10 @@ class LLTMLayer(torch.nn.Module):
 
     def _stack_training(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None, inference: bool = False):
         """_layers in training, padded on the fused route or packed: one autograd node for the
-        stack (LLTMStackFunction); a pack's inference: the same forward, no node.  None where the arguments are not all of x's dtype and device, the
-        parameters not of their shapes, or a tangent is carried (the layer-by-layer path then
-        raises, naming the argument, or computes forward mode in torch ops)."""
+        stack (LLTMStackFunction); a pack's inference: the same forward, no node.  None where the
+        arguments are not all of x's dtype and device, the parameters not of their shapes, or a
+        tangent is carried (the layer-by-layer path then raises, naming the argument, or computes
+        forward mode in torch ops)."""
         check_tensor("input", x)  # raises for bad input, naming it, as the layer-by-layer path does
         shapes = self._parameter_shapes()
         params = [t for pair in self._direction_parameters() for t in pair]
