@@ -667,8 +667,11 @@ def test_packed_batch_sizes_on_the_gpu_too():
 
 @requires_cuda
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-def test_stacked_on_a_busy_side_stream(packed):
-    layer, x, state, loss = stacked_case("cuda", packed=packed)
+@pytest.mark.parametrize("dtype,route", [(torch.float32, ""), (torch.bfloat16, "0")],
+                         ids=["float32", "bfloat16-step-loop"])  # a pack's: its directions in lockstep
+def test_stacked_on_a_busy_side_stream(monkeypatch, packed, dtype, route):
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    layer, x, state, loss = stacked_case("cuda", dtype, packed=packed)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -682,9 +685,12 @@ def test_stacked_on_a_busy_side_stream(packed):
 @requires_cuda
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_stacked_training_step_in_a_users_cuda_graph(packed, dtype):
+@pytest.mark.parametrize("route", ["", "0"], ids=["default", "step-loop"])
+def test_stacked_training_step_in_a_users_cuda_graph(monkeypatch, packed, dtype, route):
     """A 2-layer bidirectional layer's forward and backward captured into the caller's CUDA
-    graph and replayed on new data in the captured input."""
+    graph and replayed on new data in the captured input; with the step loop too (a bfloat16
+    pack's: both directions in lockstep)."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
     layer, x, state, loss = stacked_case("cuda", dtype, packed)
     static = x.data if packed else x
 
