@@ -275,17 +275,15 @@ class _Packed:
         that the loop is bound by its host time, which the lockstep halves (one batched product
         and one pointwise launch a step for both).  In full-precision float32 the products bound
         the loop, and the batched ones took longer (benchmarks/NOTES.md)."""
-        if self.directions != 2 or x.is_cpu or not sequence._tensor_core_products(x) \
-                or sequence._packed_route(x, self.pack.steps, self.pack.batch, x.shape[1], state) is not sequence.STEPS:
-            return False
-        self.routes[x.shape[1]] = LOCKSTEP
-        return True
+        return self.directions == 2 and not x.is_cpu and sequence._tensor_core_products(x) \
+            and sequence._packed_route(x, self.pack.steps, self.pack.batch, x.shape[1], state) is sequence.STEPS
 
     def both_forward(self, x, params, h0, c0):
+        self.routes[x.shape[1]] = LOCKSTEP  # the route both directions took: the backward's too
         return _packed.both_forward(x, self.pack, params, h0, c0)
 
-    def both_backward(self, *args):
-        return _packed.both_backward(*args[:4], self.pack, *args[4:])
+    def both_backward(self, grad, grad_h_n, grad_c_n, x, params, h0, c0, outputs, cells, gates):
+        return _packed.both_backward(grad, grad_h_n, grad_c_n, x, self.pack, params, h0, c0, outputs, cells, gates)
 
     def reverse(self, t: Tensor) -> Tensor:
         return t.index_select(0, self.pack.reverse)

@@ -509,8 +509,6 @@ def test_packed_routes(monkeypatch, device, route, dtype):
 def forced_lockstep(self, x, state):
     """_Packed.lockstep taking every bidirectional layer, where its rule would not (the CPU, full
     precision): the lockstep's calls tested on every device and dtype."""
-    if self.directions == 2:
-        self.routes[x.shape[1]] = pyroundlib.layer.LOCKSTEP
     return self.directions == 2
 
 
