@@ -386,27 +386,31 @@ def sequence_cases(device, steps, batch, features, state, label, compiled=True):
 
 LAYER_LABELS = ("float32 TF32 off", "bfloat16")  # the layer cases' precisions
 PADDED = "pyroundlib, padded"  # in the packed cases: our layer on the same batch padded to T
-OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's packed cases: the route below the chosen one
+OTHER_ROUTE = "pyroundlib, other route"  # in CUDA's layer cases: the route below the chosen one
 
 
 @contextlib.contextmanager
-def other_packed_route():
-    """The pack's next route down while in the block: the one-call loop where the layer takes
-    the fused kernels, the step loop where it takes the one-call loop, and where the kernels do
-    not fit, the step loop a direction at a time where the layer runs a layer's two in lockstep;
-    the with-and-without row of the chosen route (benchmarks/NOTES.md)."""
+def other_layer_route():
+    """The layer's next route down while in the block: for a pack, the one-call loop where the
+    layer takes the fused kernels, the step loop where it takes the one-call loop; where the
+    kernels do not fit, padded or packed, a direction at a time where the layer runs a layer's
+    two in lockstep (a padded batch's: each its lltm_sequence call); the with-and-without row of
+    the chosen route (benchmarks/NOTES.md)."""
     routes, chosen = pyroundlib.sequence, pyroundlib.sequence._packed_route
-    packed, lockstep = pyroundlib.layer._Packed, pyroundlib.layer._Packed.lockstep
+    layouts = (pyroundlib.layer._Packed, pyroundlib.layer._Padded)
+    lockstep = [layout.lockstep for layout in layouts]
 
     def other(t, steps, batch, features, state):
         return routes.ONE_CALL if chosen(t, steps, batch, features, state) is routes.FUSED else routes.STEPS
     routes._packed_route = other
-    packed.lockstep = lambda self, x, state: False
+    for layout in layouts:
+        layout.lockstep = lambda self, *args: False
     try:
         yield
     finally:
         routes._packed_route = chosen
-        packed.lockstep = lockstep
+        for layout, original in zip(layouts, lockstep):
+            layout.lockstep = original
 
 
 def layer_cases(device, steps, batch, features, state, label, packed):
@@ -450,11 +454,11 @@ def layer_cases(device, steps, batch, features, state, label, packed):
         variants = {OURS: make(ours, source), CUDNN: make(lstm, source)}
         if packed:
             variants[PADDED] = make(ours, x)
-        if packed and device.type == "cuda":
+        if device.type == "cuda" and (packed or pyroundlib.layer._Padded(2, kind == "inference").lockstep(x, state)):
             run_chosen = make(ours, source)
 
             def run_other(run_chosen=run_chosen):
-                with other_packed_route():
+                with other_layer_route():
                     return run_chosen()
             variants[OTHER_ROUTE] = run_other
         cases.append(Case(f"{cpu}LLTMLayer 2-layer bidirectional {kind}, {tag}, wall", variants, group="layer",

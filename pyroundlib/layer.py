@@ -40,7 +40,8 @@ from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocas
                       check_tensor, define_op, exporting, has_tangent, no_gradient_wanted, ptr)
 from . import _packed
 from ._packed import Pack, packed_direction
-from .sequence import lltm_sequence
+from .lltm import _forward_kernel as _cell_forward_kernel
+from .sequence import _backward_parts_kernel, lltm_sequence
 
 _layer_inference_kernel = Kernel("lltm_layer_fused_inference", cpu=False)
 LOCKSTEP = "steps, both directions in lockstep"  # a pack's layer route (_Packed.lockstep)
@@ -223,17 +224,131 @@ def _layer_by_layer(x: Tensor, h0, c0, params, directions: int, direction=_padde
     return x, torch.stack(h_n), torch.stack(c_n)
 
 
+# ---- a padded layer's two directions in lockstep: the step loop's route ------------------------
+# Where each direction of a bidirectional layer would run the step loop from Python (REPLAYED or
+# STEPS: the persistent and fused kernels do not fit), both directions run as one loop: step t of
+# the forward direction and step t of the reverse one (the batch flipped in time) at once, one
+# batched product over the two directions' weights and one pointwise launch over both
+# directions' rows.  The buffers are [T, 2, B, ...]: step t's rows of both directions are one
+# contiguous block of 2B rows, and so are those of the step before (its old cells), so the
+# cell's kernels take them unchanged and cuBLAS runs a plain strided batch of two.  Replayed
+# from CUDA graphs where the sequence's loop would be (graphs.py), each loop over tensors that
+# _Padded allocates where they repeat.
+
+def _both_forward_loop(x: Tensor, w_f: Tensor, b_f: Tensor, w_r: Tensor, b_r: Tensor, h0: Tensor, c0: Tensor,
+                       output: Tensor, outputs: Tensor, cells: Tensor, gates: Tensor) -> None:
+    """Reads x [T, B, I], the two directions' weights and biases, h0 and c0 [2, B, S]; fills
+    gates [T, 2, B, 3S], outputs and cells [T, 2, B, S] (the reverse direction's at its own,
+    flipped, step t), and output [T, B, 2S] in nn.LSTM's layout."""
+    steps, batch, features = x.shape
+    state, code = h0.shape[-1], DTYPE_CODES[x.dtype]
+    for d, (w, b, inputs) in enumerate(((w_f, b_f, x), (w_r, b_r, x.flip(0)))):
+        # the input half of every step, a batch of T products into the strided [T, B, 3S] view
+        torch.baddbmm(b, inputs, w[:, state:].t().expand(steps, features, 3 * state), out=gates[:, d])
+    w_t = torch.stack((w_f[:, :state], w_r[:, :state])).transpose(1, 2)  # [2, S, 3S]
+    h, c = h0, c0
+    for g, new_h, new_c in zip(gates.unbind(0), outputs.unbind(0), cells.unbind(0)):
+        g.baddbmm_(h, w_t)
+        _cell_forward_kernel(x, g.data_ptr(), c.data_ptr(), new_h.data_ptr(), new_c.data_ptr(), 2 * batch, state,
+                             code)
+        h, c = new_h, new_c
+    torch.cat((outputs[:, 0], outputs[:, 1].flip(0)), dim=2, out=output)
+
+
+def _both_backward_loop(grad_output: Tensor, grad_h_n: Tensor, grad_c_n: Tensor, x: Tensor, w_f: Tensor,
+                        w_r: Tensor, h0: Tensor, c0: Tensor, outputs: Tensor, cells: Tensor, gates: Tensor,
+                        d_x: Tensor, d_w_f: Tensor, d_b_f: Tensor, d_w_r: Tensor, d_b_r: Tensor, d_h0: Tensor,
+                        d_c0: Tensor) -> None:
+    """_both_forward_loop's gradients: reads grad_output [T, B, 2S], grad_h_n and grad_c_n
+    [2, B, S] and the forward's inputs and buffers; fills d_x, each direction's weight and bias
+    gradients, d_h0 and d_c0 [2, B, S].  The reverse loop of ``sequence._backward_loop`` over
+    both directions' rows at once, then its products over all steps, a direction at a time."""
+    steps, batch, _ = x.shape
+    state, code = h0.shape[-1], DTYPE_CODES[x.dtype]
+    go = torch.stack((grad_output[..., :state], grad_output[..., state:].flip(0)), dim=1)  # [T, 2, B, S]
+    go[-1] += grad_h_n  # h_n is each direction's output at its last step
+    d_gates = torch.empty_like(gates)
+    w_h = torch.stack((w_f[:, :state], w_r[:, :state]))  # [2, 3S, S]
+    d_h, d_cell, d_cell_in = torch.empty_like(d_h0), (torch.empty_like(d_c0), torch.empty_like(d_c0)), grad_c_n
+    for t in range(steps - 1, -1, -1):
+        d_cell_out = d_c0 if t == 0 else d_cell[t % 2]  # a kernel's input and output must not overlap
+        later = t < steps - 1
+        _backward_parts_kernel(x, go[t].data_ptr(), d_h.data_ptr() if later else None, 1 if later else 0,
+                               d_cell_in.data_ptr(), gates[t].data_ptr(), (cells[t - 1] if t else c0).data_ptr(),
+                               d_gates[t].data_ptr(), d_cell_out.data_ptr(), 2 * batch, state, code)
+        torch.bmm(d_gates[t], w_h, out=d_h0 if t == 0 else d_h)
+        d_cell_in = d_cell_out
+    # a direction's rows of all steps, contiguous, for the products over all of them
+    d_gates, outputs = d_gates.transpose(0, 1).contiguous(), outputs.transpose(0, 1).contiguous()
+    d_x_r = torch.empty_like(x)
+    for d, (w, d_w, d_b, inputs, d_in) in enumerate(((w_f, d_w_f, d_b_f, x, d_x),
+                                                     (w_r, d_w_r, d_b_r, x.flip(0), d_x_r))):
+        sequence._gradients_of_all_steps(d_gates[d], inputs, w, h0[d], outputs[d], d_in, d_w, d_b)
+    d_x += d_x_r.flip(0)
+
+
+LOCKSTEP_ROUTES = (sequence.REPLAYED, sequence.STEPS)  # a direction's routes that a padded layer's lockstep replaces
+
+
 class _Padded:
     """How LLTMStackFunction runs a direction of a padded batch [T, B, F]: the calls of
     ``lltm_sequence``'s FUSED route on CUDA, of its ONE_CALL route (the library's loop) on the
-    CPU; the reverse direction over the batch flipped in time."""
+    CPU, the reverse direction over the batch flipped in time; or, where each direction would
+    run the step loop, a layer's two directions in lockstep (above).  ``inference``: no
+    backward follows (the routes of ``sequence._route``)."""
 
-    def __init__(self, directions: int):
-        self.directions = directions
+    def __init__(self, directions: int, inference: bool = False):
+        self.directions, self.inference = directions, inference
+        self.routes = {}  # input width -> LOCKSTEP where a layer of that width took it
 
-    @staticmethod
-    def lockstep(x: Tensor, state: int) -> bool:
-        return False
+    def lockstep(self, x: Tensor, state: int, features: Optional[int] = None) -> bool:
+        """Whether a layer of input x (of ``features`` columns, if not x's) runs its two
+        directions in lockstep: on CUDA where each would take the step loop (LOCKSTEP_ROUTES)."""
+        steps, batch, width = x.shape
+        return self.directions == 2 and x.is_cuda and steps > 0 and sequence._route(
+            x, steps, batch, width if features is None else features, state, self.inference) in LOCKSTEP_ROUTES
+
+    def takes(self, x: Tensor, state: int, layers: int) -> bool:
+        """Whether a bidirectional stack of input x runs as LLTMStackFunction: every layer in
+        lockstep, or in training every layer on the fused route (on the CPU: the library's loop)."""
+        widths = {x.shape[-1]} if layers == 1 else {x.shape[-1], 2 * state}
+        if all(self.lockstep(x, state, width) for width in widths):
+            return True
+        return not self.inference and _all_fused(x, x.shape[0], x.shape[1], x.shape[-1], state, 2, layers,
+                                                 inference=False,
+                                                 route=sequence.FUSED if x.is_cuda else sequence.ONE_CALL)
+
+    def _route(self, x: Tensor, state: int, inference: bool) -> str:
+        return sequence._route(x, *x.shape, state, inference)
+
+    def both_forward(self, x, params, h0, c0):
+        """-> (output [T, B, 2S], h_n, c_n [2, B, S], and the buffers the backward reads)."""
+        (w_f, b_f), (w_r, b_r) = params
+        self.routes[x.shape[-1]] = LOCKSTEP
+        steps, batch, _ = x.shape
+        state = h0.shape[-1]
+        route = self._route(x, state, self.inference)
+        with sequence._buffers(x, route):
+            output = x.new_empty(steps, batch, 2 * state)
+            outputs, cells = x.new_empty(steps, 2, batch, state), x.new_empty(steps, 2, batch, state)
+            gates = x.new_empty(steps, 2, batch, 3 * state)
+        sequence._run_loop(route, _both_forward_loop, (x, w_f, b_f, w_r, b_r, h0, c0, output, outputs, cells, gates),
+                           inputs=7)
+        return output, outputs[-1], cells[-1], outputs, cells, gates
+
+    def both_backward(self, grad, grad_h_n, grad_c_n, x, params, h0, c0, outputs, cells, gates):
+        """-> (d_x, [d_weights, d_bias of the forward then the reverse direction], d_h0, d_c0 [2, B, S])."""
+        (w_f, _), (w_r, _) = params
+        route = self._route(x, h0.shape[-1], inference=False)
+        with sequence._buffers(x, route):
+            grad = grad.contiguous()
+            grad_h_n, grad_c_n = (torch.zeros_like(h0) if g is None else g.contiguous() for g in (grad_h_n, grad_c_n))
+            d_x, d_w_f, d_w_r = torch.empty_like(x), torch.empty_like(w_f), torch.empty_like(w_r)
+            d_b_f, d_b_r, d_h0, d_c0 = x.new_empty(len(w_f)), x.new_empty(len(w_r)), torch.empty_like(h0), \
+                torch.empty_like(c0)
+        sequence._run_loop(route, _both_backward_loop, (grad, grad_h_n, grad_c_n, x, w_f, w_r, h0, c0, outputs, cells,
+                                                        gates, d_x, d_w_f, d_b_f, d_w_r, d_b_r, d_h0, d_c0), inputs=11)
+        return d_x, [d_w_f, d_b_f, d_w_r, d_b_r], d_h0, d_c0
 
     @staticmethod
     def reverse(t: Tensor) -> Tensor:
@@ -383,7 +498,7 @@ class LLTMStackFunction(torch.autograd.Function):
             layer_input = saved[first] if k else x
             if grad_output is None:
                 grad_output = layer_input.new_zeros(*layer_input.shape[:-1], directions * state)
-            if directions == 2 and getattr(layout, "routes", {}).get(layer_input.shape[1]) is LOCKSTEP:
+            if directions == 2 and layout.routes.get(layer_input.shape[-1]) is LOCKSTEP:
                 i = 2 * k
                 outputs, cells, gates = saved[first + (1 if k else 0):][:3]
                 grad_output, grads[2 * i:2 * i + 4], (d_h0[i], d_h0[i + 1]), (d_c0[i], d_c0[i + 1]) = \
@@ -572,9 +687,7 @@ class LLTMLayer(torch.nn.Module):
         directions = 2 if self.bidirectional else 1
         if x.shape[0] and not (self.dropout > 0 and self.training and self.num_layers > 1) \
                 and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or exporting()) \
-                and (pack is not None or not inference and self.bidirectional
-                     and _all_fused(x, x.shape[0], batch, self.input_features, self.state_size, 2, self.num_layers,
-                                    inference=False, route=sequence.FUSED if x.is_cuda else sequence.ONE_CALL)):
+                and (pack is not None or self.bidirectional):
             trained = self._stack_training(x, batch, state, pack, inference)
             if trained is not None:
                 return trained
@@ -616,7 +729,9 @@ class LLTMLayer(torch.nn.Module):
         if not all(isinstance(t, Tensor) and t.dtype == x.dtype and t.device == x.device for t in (h0, c0, *params)) \
                 or any(p.shape != shape for p, shape in zip(params, expected)) or has_tangent((x, h0, c0, *params)):
             return None
-        layout = _Padded(2) if pack is None else _Packed(2 if self.bidirectional else 1, pack)
+        layout = _Padded(2, inference) if pack is None else _Packed(2 if self.bidirectional else 1, pack)
+        if pack is None and not layout.takes(x, self.state_size, self.num_layers):
+            return None
         run = LLTMStackFunction.forward if inference else LLTMStackFunction.apply
         output, h_n, c_n, *_ = run(x.contiguous(), h0.contiguous(), c0.contiguous(), layout,
                                    *(p.contiguous() for p in params))

@@ -506,57 +506,63 @@ def test_packed_routes(monkeypatch, device, route, dtype):
     check_stacked(layer, x, state, loss, value, grads)
 
 
-def forced_lockstep(self, x, state):
-    """_Packed.lockstep taking every bidirectional layer, where its rule would not (the CPU, full
-    precision): the lockstep's calls tested on every device and dtype."""
+def forced_lockstep(self, x, state, features=None):
+    """_Packed.lockstep or _Padded.lockstep taking every bidirectional layer, where its rule would
+    not (the CPU, full precision): the lockstep's calls tested on every device and dtype."""
     return self.directions == 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_packed_directions_in_lockstep(monkeypatch, device, dtype):
-    """A bidirectional layer's two directions over a pack as one step loop (_packed.both_forward,
-    both_backward): taken by the rule on CUDA in 16 bits, forced elsewhere.  Output, h_n, c_n and
-    the gradients of the input, every parameter and the state against the tutorial cell in
-    float64 on the CPU, each sequence run alone, every element written (on CUDA into NaN-filled
-    memory); inference the same bits as training."""
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
+    """A bidirectional layer's two directions as one step loop (a pack's: _packed.both_forward,
+    both_backward; a padded batch's: _Padded.both_forward, both_backward, its loops replayed from
+    CUDA graphs in 16 bits): taken by the rule on CUDA in 16 bits, forced elsewhere.  Output,
+    h_n, c_n and the gradients of the input, every parameter and the state against the tutorial
+    cell in float64 on the CPU, each sequence run alone, every element written (on CUDA into
+    NaN-filled memory); inference the same bits as training."""
+    layout = pyroundlib.layer._Packed if packed else pyroundlib.layer._Padded
     if not (device == "cuda" and dtype == torch.bfloat16):
-        monkeypatch.setattr(pyroundlib.layer._Packed, "lockstep", forced_lockstep)
+        monkeypatch.setattr(layout, "lockstep", forced_lockstep)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")  # the step loop, as where the kernels do not fit
-    taken, both = [], pyroundlib._packed.both_forward
-    monkeypatch.setattr(pyroundlib._packed, "both_forward", lambda *args: taken.append(1) or both(*args))
+    taken, both = [], layout.both_forward
+    monkeypatch.setattr(layout, "both_forward", lambda *args: taken.append(1) or both(*args))
     torch.manual_seed(0)
-    lengths = [7, 3, 5, 7, 1, 4]
+    lengths = [7, 3, 5, 7, 1, 4] if packed else [7] * 6
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
     x = torch.randn(7, len(lengths), I, device=device, dtype=dtype, requires_grad=True)
     state = [torch.randn(4, len(lengths), S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
-    if device == "cuda":
-        poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]
-        del poison
-    pack = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
-    output, (h, c) = layer(pack, state)
-    assert len(taken) == 2  # each layer
-    results = (torch.nn.utils.rnn.pad_packed_sequence(output)[0], h, c)
-    weights = [torch.randn(t.shape, dtype=torch.float64) for t in results]
+    results, inferred = [], []
+    for _ in range(2 if device == "cuda" and not packed else 1):  # a replay's results too, where graphs replay
+        if device == "cuda":
+            poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]
+            del poison
+        given = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False) if packed else x
+        output, (h, c) = layer(given, state)
+        results.append((torch.nn.utils.rnn.pad_packed_sequence(output)[0] if packed else output, h, c))
+        with torch.inference_mode():
+            inferred.append(flat(layer(given, state)))
+        assert all(torch.equal(a.data, b.data) for a, b in zip(inferred[-1], (output, h, c)))
+    assert len(taken) == 4 * len(results)  # each layer, in training and in inference
+    weights = [torch.randn(t.shape, dtype=torch.float64) for t in results[0]]
     inputs = [x, *layer.parameters(), *state]
-    grads = torch.autograd.grad(sum((t.double() * w.to(device)).sum() for t, w in zip(results, weights)), inputs)
-    with torch.inference_mode():
-        inferred = layer(pack, state)
-    assert len(taken) == 4 and all(torch.equal(a, b) for a, b in zip((inferred[0].data, *inferred[1]),
-                                                                      (output.data, h, c)))
+    grads = [torch.autograd.grad(sum((t.double() * w.to(device)).sum() for t, w in zip(result, weights)), inputs)
+             for result in results]
     ref = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
     ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
     ref_inputs = [t.detach().cpu().double().requires_grad_() for t in (x, *state)]
     want = packed_reference(ref, ref_inputs[0], lengths, ref_inputs[1:])
     want_grads = torch.autograd.grad(sum((t * w).sum() for t, w in zip(want, weights)),
                                      [ref_inputs[0], *ref.parameters(), *ref_inputs[1:]])
-    for got, expected in zip((*results, *grads), (*want, *want_grads)):
-        got = got.detach().cpu().double()
-        assert not torch.isnan(got).any(), "elements not written"
-        if dtype == torch.bfloat16:  # the rounding of every stored step
-            assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
-        else:
-            torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
+    for result, grad in zip(results, grads):
+        for got, expected in zip((*result, *grad), (*want, *want_grads)):
+            got = got.detach().cpu().double()
+            assert not torch.isnan(got).any(), "elements not written"
+            if dtype == torch.bfloat16:  # the rounding of every stored step
+                assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
+            else:
+                torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -990,13 +996,24 @@ def test_stack_function_against_the_layer_by_layer_path(directions, layers):
         torch.testing.assert_close(grads, ref, rtol=1e-10, atol=1e-12)
 
 
-def test_stack_function_gradcheck_and_gradgradcheck():
-    x, h0, c0, params = stack_case("cpu", 2, 2)
+@pytest.mark.parametrize("device,route", [("cpu", "")] + [(device, "lockstep") for device in DEVICES],
+                         ids=lambda v: v or "library-loop")
+def test_stack_function_gradcheck_and_gradgradcheck(monkeypatch, device, route):
+    """The padded stack node, on the CPU's library loop and with its directions in lockstep
+    (forced: float64 never takes it); each result's gradient alone (the others None).  The
+    double backward differentiates the layer-by-layer path whatever the forward's route: once."""
+    if route == "lockstep":
+        monkeypatch.setattr(pyroundlib.layer._Padded, "lockstep", forced_lockstep)
+    x, h0, c0, params = stack_case(device, 2, 2)
+    layouts = []
 
     def f(x, h0, c0, *params):
-        return pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, pyroundlib.layer._Padded(2), *params)[:3]
+        layouts.append(pyroundlib.layer._Padded(2))
+        return pyroundlib.layer.LLTMStackFunction.apply(x, h0, c0, layouts[-1], *params)[:3]
     torch.autograd.gradcheck(f, (x, h0, c0, *params))
-    torch.autograd.gradgradcheck(f, (x, h0, c0, *params))
+    if not route:
+        torch.autograd.gradgradcheck(f, (x, h0, c0, *params))
+    assert (pyroundlib.layer.LOCKSTEP in layouts[0].routes.values()) == (route == "lockstep")
 
 
 def packed_stack_case(device, directions, layers, route, monkeypatch, dtype=torch.float64):
