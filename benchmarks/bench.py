@@ -310,6 +310,9 @@ def lltm_cases(device, batch, features, state, compiled_ref, pointwise=False, fl
 
 # The sizes of the sequence cases: (T, B, I, S).
 SEQUENCE_SIZES = [(8, 32, 8, 64), (50, 64, 256, 512), (100, 256, 512, 1024)]
+# the layer's too, and a wide state at a moderate batch: where the kernels do not fit and a padded
+# layer runs its two directions in lockstep (pyroundlib.layer.LOCKSTEP_MAX_WORK)
+LAYER_SIZES = SEQUENCE_SIZES + [(200, 64, 128, 768)]
 # float32 twice (like with like: TF32 off on both sides, then on for both), bfloat16 as it is
 SEQUENCE_PRECISIONS = {"float32 TF32 off": (torch.float32, False), "float32 TF32 on": (torch.float32, True),
                        "bfloat16": (torch.bfloat16, None)}
@@ -689,7 +692,7 @@ def _run(args, device, rounds, round_seconds, info, notes):
                                         and not args.no_compiled_sequences)
     if device.type == "cuda":
         for label in LAYER_LABELS:
-            for t, b, i, s in SEQUENCE_SIZES[:2] if args.quick else SEQUENCE_SIZES:
+            for t, b, i, s in LAYER_SIZES[:2] if args.quick else LAYER_SIZES:
                 for packed in (False, True):
                     cases += layer_cases(device, t, b, i, s, label, packed)
     cpu_sequence = sequence_cases(torch.device("cpu"), *SEQUENCE_SIZES[0], "float32")

@@ -288,6 +288,11 @@ def _both_backward_loop(grad_output: Tensor, grad_h_n: Tensor, grad_c_n: Tensor,
 
 
 LOCKSTEP_ROUTES = (sequence.REPLAYED, sequence.STEPS)  # a direction's routes that a padded layer's lockstep replaces
+# B*S up to which a padded layer's lockstep pays, in 16 bits and in 32 or 64: one direction's step
+# then leaves the GPU idle enough that two in one launch cost less; past it they queue behind
+# each other anyway, and the batched products of full-precision float32 took longer
+# (benchmarks/NOTES.md).
+LOCKSTEP_MAX_WORK = {True: 1 << 18, False: 1 << 16}
 
 
 class _Padded:
@@ -303,10 +308,12 @@ class _Padded:
 
     def lockstep(self, x: Tensor, state: int, features: Optional[int] = None) -> bool:
         """Whether a layer of input x (of ``features`` columns, if not x's) runs its two
-        directions in lockstep: on CUDA where each would take the step loop (LOCKSTEP_ROUTES)."""
+        directions in lockstep: on CUDA where each would take the step loop (LOCKSTEP_ROUTES) and
+        B*S is at most LOCKSTEP_MAX_WORK."""
         steps, batch, width = x.shape
-        return self.directions == 2 and x.is_cuda and steps > 0 and sequence._route(
-            x, steps, batch, width if features is None else features, state, self.inference) in LOCKSTEP_ROUTES
+        return self.directions == 2 and x.is_cuda and steps > 0 \
+            and batch * state <= LOCKSTEP_MAX_WORK[x.element_size() <= 2] and sequence._route(
+                x, steps, batch, width if features is None else features, state, self.inference) in LOCKSTEP_ROUTES
 
     def takes(self, x: Tensor, state: int, layers: int) -> bool:
         """Whether a bidirectional stack of input x runs as LLTMStackFunction: every layer in
