@@ -288,11 +288,14 @@ def _both_backward_loop(grad_output: Tensor, grad_h_n: Tensor, grad_c_n: Tensor,
 
 
 LOCKSTEP_ROUTES = (sequence.REPLAYED, sequence.STEPS)  # a direction's routes that a padded layer's lockstep replaces
-# B*S up to which a padded layer's lockstep pays, in 16 bits and in 32 or 64: one direction's step
-# then leaves the GPU idle enough that two in one launch cost less; past it they queue behind
-# each other anyway, and the batched products of full-precision float32 took longer
-# (benchmarks/NOTES.md).
-LOCKSTEP_MAX_WORK = {True: 1 << 18, False: 1 << 16}
+# B*S up to which a layer's two directions in lockstep pay on CUDA, by dtype: one direction's step
+# then leaves the GPU idle enough that both in one launch cost less; past it they queue behind
+# each other anyway, and full-precision float32's batched products took longer (H100,
+# benchmarks/NOTES.md).  A padded layer's steps are replayed from CUDA graphs in 16 bits and in
+# float32 with TF32, so only the GPU's time counts; a pack's step loop runs from Python, bound by
+# its host time wherever the products run on tensor cores, so there it pays at any B*S
+# (_Packed.lockstep).  Not float64 (not measured).
+LOCKSTEP_MAX_WORK = {torch.float16: 1 << 18, torch.bfloat16: 1 << 18, torch.float32: 1 << 16}
 
 
 class _Padded:
@@ -312,7 +315,7 @@ class _Padded:
         B*S is at most LOCKSTEP_MAX_WORK."""
         steps, batch, width = x.shape
         return self.directions == 2 and x.is_cuda and steps > 0 \
-            and batch * state <= LOCKSTEP_MAX_WORK[x.element_size() <= 2] and sequence._route(
+            and batch * state <= LOCKSTEP_MAX_WORK.get(x.dtype, 0) and sequence._route(
                 x, steps, batch, width if features is None else features, state, self.inference) in LOCKSTEP_ROUTES
 
     def takes(self, x: Tensor, state: int, layers: int) -> bool:
@@ -395,9 +398,11 @@ class _Packed:
         """Whether a layer of input x runs its two directions in lockstep (``_packed.both_forward``):
         on CUDA where they would each run the step loop and its products run on tensor cores, so
         that the loop is bound by its host time, which the lockstep halves (one batched product
-        and one pointwise launch a step for both).  In full-precision float32 the products bound
-        the loop, and the batched ones took longer (benchmarks/NOTES.md)."""
-        return self.directions == 2 and not x.is_cpu and sequence._tensor_core_products(x) \
+        and one pointwise launch a step for both); in full-precision float32 where B*S is at most
+        LOCKSTEP_MAX_WORK's (past it the products bound the loop, and the batched ones took
+        longer: benchmarks/NOTES.md)."""
+        return self.directions == 2 and not x.is_cpu \
+            and (sequence._tensor_core_products(x) or self.pack.batch * state <= LOCKSTEP_MAX_WORK.get(x.dtype, 0)) \
             and sequence._packed_route(x, self.pack.steps, self.pack.batch, x.shape[1], state) is sequence.STEPS
 
     def both_forward(self, x, params, h0, c0):

@@ -518,12 +518,13 @@ def forced_lockstep(self, x, state, features=None):
 def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     """A bidirectional layer's two directions as one step loop (a pack's: _packed.both_forward,
     both_backward; a padded batch's: _Padded.both_forward, both_backward, its loops replayed from
-    CUDA graphs in 16 bits): taken by the rule on CUDA in 16 bits, forced elsewhere.  Output,
+    CUDA graphs in 16 bits): taken by the rule on CUDA in bfloat16 and float32 at this size,
+    forced elsewhere.  Output,
     h_n, c_n and the gradients of the input, every parameter and the state against the tutorial
     cell in float64 on the CPU, each sequence run alone, every element written (on CUDA into
     NaN-filled memory); inference the same bits as training."""
     layout = pyroundlib.layer._Packed if packed else pyroundlib.layer._Padded
-    if not (device == "cuda" and dtype == torch.bfloat16):
+    if not (device == "cuda" and dtype in (torch.bfloat16, torch.float32)):
         monkeypatch.setattr(layout, "lockstep", forced_lockstep)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")  # the step loop, as where the kernels do not fit
     taken, both = [], layout.both_forward
@@ -563,6 +564,26 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
                 assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
             else:
                 torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_lockstep_rule(monkeypatch, dtype):
+    """Where a layer's two directions run in lockstep on CUDA (the step loop's route): a padded
+    batch up to B*S = LOCKSTEP_MAX_WORK of its dtype; a pack at any B*S where the products run on
+    tensor cores, else up to the same B*S; never in float64, nor with one direction."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    limit = pyroundlib.layer.LOCKSTEP_MAX_WORK.get(dtype, 0)
+    for batch, state in ((16, 64), (64, 1024), (512, 1024)):
+        x = torch.empty(3, batch, 8, device="cuda", dtype=dtype)
+        fits = batch * state <= limit
+        assert pyroundlib.layer._Padded(2).lockstep(x, state) == fits
+        assert not pyroundlib.layer._Padded(1).lockstep(x, state)
+        pack = pyroundlib._packed.Pack(torch.tensor([batch] * 3), x.device)
+        assert pyroundlib.layer._Packed(2, pack).lockstep(x[0], state) == (dtype != torch.float64 and (
+            dtype != torch.float32 or fits))
+    assert limit == 0 or 16 * 64 <= limit < 512 * 1024
 
 
 @pytest.mark.parametrize("device", DEVICES)
