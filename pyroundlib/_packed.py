@@ -3,9 +3,10 @@ layer is one autograd node whose recurrence is, as ``sequence._packed_route`` sa
 CUDA kernels over the pack's rows (short packs of small states: prl_lltm_packed_fused_*, the
 input half and every product included), one library call (prl_lltm_sequence_packed_forward_* /
 _backward_*: the CPU loop, and CUDA's persistent kernels where they fit), or the step loop from
-Python over each step's rows (``_forward_steps``, ``_backward_steps``); where that loop's products
-run on tensor cores, a bidirectional layer's two directions as one step loop (``both_forward``,
-``both_backward``: one batched product and one pointwise launch a step for both).
+Python over each step's rows (``_forward_steps``, ``_backward_steps``); where that loop is bound by
+its host time (its products on tensor cores, or small: ``layer._Packed.lockstep``), a
+bidirectional layer's two directions as one step loop (``both_forward``, ``both_backward``: one
+batched product and one pointwise launch a step for both).
 
 A ``PackedSequence``'s data hold step t's rows after those of the steps before it, its
 sequences sorted longest first, so step t has the first ``batch_sizes[t]`` rows of the batch.

@@ -21,6 +21,9 @@ loop's call (0.85-0.88x the layer-by-layer time at that size).  In
 training the stack is one autograd node (``LLTMStackFunction``) over the calls a node per
 direction would make: a bidirectional padded stack on that route (on the CPU, the library
 loop's), 0.72-0.80x the time forward+backward on an H100, and a pack on any device, 0.85-0.99x.
+Where a bidirectional layer's directions would each run the step loop on CUDA (the kernels do
+not fit), they run as one step loop in lockstep, a padded batch's replayed from CUDA graphs
+(``_Padded.both_forward``) and a pack's from Python (``_packed.both_forward``).
 """
 from __future__ import annotations
 
@@ -437,11 +440,12 @@ class _Packed:
 
 class LLTMStackFunction(torch.autograd.Function):
     """A stack's training as one autograd node: a bidirectional padded batch where the fused
-    CUDA kernels (on the CPU: the library loop) take every layer, or a pack on any device
-    (``LLTMLayer`` picks it; a pack's inference runs its forward without the node).  Each
+    CUDA kernels (on the CPU: the library loop) take every layer or every layer runs its
+    directions in lockstep, or a pack on any device (``LLTMLayer`` picks it; inference runs its
+    forward without the node).  Each
     direction's forward and backward are the calls a layer-by-layer node would make (``layout``:
-    ``_Padded`` or ``_Packed``), the same bits, but where a pack's layer runs its two directions as
-    one step loop (``_Packed.lockstep``: its batched products round otherwise); one
+    ``_Padded`` or ``_Packed``), the same bits, but where a layer runs its two directions as one
+    step loop (``layout.lockstep``: its batched products round otherwise); one
     node and its own buffers instead of a node per direction and the flips, concatenations and
     stacks between them (0.72-0.80x the time of a 2-layer bidirectional layer's fwd+bwd at small
     sizes on an H100, padded; benchmarks/NOTES.md).
@@ -725,11 +729,12 @@ class LLTMLayer(torch.nn.Module):
         return params
 
     def _stack_training(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None, inference: bool = False):
-        """_layers in training, padded on the fused route or packed: one autograd node for the
-        stack (LLTMStackFunction); a pack's inference: the same forward, no node.  None where the
-        arguments are not all of x's dtype and device, the parameters not of their shapes, or a
-        tangent is carried (the layer-by-layer path then raises, naming the argument, or computes
-        forward mode in torch ops)."""
+        """_layers in training, packed, or padded and bidirectional where every layer takes the
+        fused route or runs its directions in lockstep (``_Padded.takes``): one autograd node for
+        the stack (LLTMStackFunction); inference: the same forward, no node.  None where a padded
+        stack takes neither, the arguments are not all of x's dtype and device, the parameters not
+        of their shapes, or a tangent is carried (the layer-by-layer path then runs: it raises,
+        naming the argument, or computes forward mode in torch ops)."""
         check_tensor("input", x)  # raises for bad input, naming it, as the layer-by-layer path does
         shapes = self._parameter_shapes()
         params = [t for pair in self._direction_parameters() for t in pair]
