@@ -736,6 +736,9 @@ class LLTMLayer(torch.nn.Module):
         of their shapes, or a tangent is carried (the layer-by-layer path then runs: it raises,
         naming the argument, or computes forward mode in torch ops)."""
         check_tensor("input", x)  # raises for bad input, naming it, as the layer-by-layer path does
+        layout = _Padded(2, inference) if pack is None else _Packed(2 if self.bidirectional else 1, pack)
+        if pack is None and not layout.takes(autocast_cast((x,))[0], self.state_size, self.num_layers):
+            return None
         shapes = self._parameter_shapes()
         params = [t for pair in self._direction_parameters() for t in pair]
         if state is None:
@@ -745,9 +748,6 @@ class LLTMLayer(torch.nn.Module):
         expected = [shape for _, width in shapes for shape in ((3 * s, s + width), (3 * s,))]
         if not all(isinstance(t, Tensor) and t.dtype == x.dtype and t.device == x.device for t in (h0, c0, *params)) \
                 or any(p.shape != shape for p, shape in zip(params, expected)) or has_tangent((x, h0, c0, *params)):
-            return None
-        layout = _Padded(2, inference) if pack is None else _Packed(2 if self.bidirectional else 1, pack)
-        if pack is None and not layout.takes(x, self.state_size, self.num_layers):
             return None
         run = LLTMStackFunction.forward if inference else LLTMStackFunction.apply
         output, h_n, c_n, *_ = run(x.contiguous(), h0.contiguous(), c0.contiguous(), layout,

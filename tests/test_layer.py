@@ -1,6 +1,7 @@
 """LLTMLayer as nn.LSTM is used: stacked layers, both directions, dropout between layers,
 batch_first, unbatched input, bias=False; against a plain-PyTorch reference (the tutorial's
 cell in a loop per layer and direction) in float64, and against nn.LSTM's shapes."""
+import copy
 import itertools
 import warnings
 
@@ -381,14 +382,23 @@ def layer_outputs(result):
     return [output.data, h, c]
 
 
-def test_autocast_stacked_both_directions():
-    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True)
-    x = torch.randn(T, B, I)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("route", ["", "0"], ids=["default", "step-loop"])
+def test_autocast_stacked_both_directions(monkeypatch, device, route):
+    """A float32 layer under autocast runs in bfloat16 (on CUDA's step loop: its directions in
+    lockstep, decided for the autocast dtype); float32 gradients for the float32 parameters."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+    taken, both = [], pyroundlib.layer._Padded.both_forward
+    monkeypatch.setattr(pyroundlib.layer._Padded, "both_forward", lambda *args: taken.append(1) or both(*args))
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device)
+    x = torch.randn(T, B, I, device=device)
+    with torch.autocast(device, dtype=torch.bfloat16):
         output, (h, c) = layer(x)
     assert output.dtype == h.dtype == c.dtype == torch.bfloat16
-    want = flat(reference(layer, x))
-    torch.testing.assert_close([output.float(), h.float(), c.float()], want, rtol=5e-2, atol=5e-2)
+    assert len(taken) == (2 if device == "cuda" and route == "0" else 0)
+    want = flat(reference(copy.deepcopy(layer).cpu(), x.cpu()))
+    torch.testing.assert_close([output.float().cpu(), h.float().cpu(), c.float().cpu()], want, rtol=5e-2,
+                               atol=5e-2)
     grads = torch.autograd.grad(output.float().sum(), list(layer.parameters()))
     assert all(g.dtype == torch.float32 for g in grads)
 
