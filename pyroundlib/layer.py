@@ -441,8 +441,8 @@ class _Packed:
 class LLTMStackFunction(torch.autograd.Function):
     """A stack's training as one autograd node: a bidirectional padded batch where the fused
     CUDA kernels (on the CPU: the library loop) take every layer or every layer runs its
-    directions in lockstep, or a pack on any device (``LLTMLayer`` picks it; inference runs its
-    forward without the node).  Each
+    directions in lockstep, or a pack on any device (``LLTMLayer`` picks it, in inference too,
+    where ``apply`` records no node).  Each
     direction's forward and backward are the calls a layer-by-layer node would make (``layout``:
     ``_Padded`` or ``_Packed``), the same bits, but where a layer runs its two directions as one
     step loop (``layout.lockstep``: its batched products round otherwise); one
@@ -731,10 +731,10 @@ class LLTMLayer(torch.nn.Module):
     def _stack_training(self, x: Tensor, batch: int, state, pack: Optional[Pack] = None, inference: bool = False):
         """_layers in training, packed, or padded and bidirectional where every layer takes the
         fused route or runs its directions in lockstep (``_Padded.takes``): one autograd node for
-        the stack (LLTMStackFunction); inference: the same forward, no node.  None where a padded
-        stack takes neither, the arguments are not all of x's dtype and device, the parameters not
-        of their shapes, or a tangent is carried (the layer-by-layer path then runs: it raises,
-        naming the argument, or computes forward mode in torch ops)."""
+        the stack (LLTMStackFunction); inference: the same Function, which records no node there.
+        None where a padded stack takes neither, the arguments are not all of x's dtype and device,
+        the parameters not of their shapes, or a tangent is carried (the layer-by-layer path then
+        runs: it raises, naming the argument, or computes forward mode in torch ops)."""
         check_tensor("input", x)  # raises for bad input, naming it, as the layer-by-layer path does
         layout = _Padded(2, inference) if pack is None else _Packed(2 if self.bidirectional else 1, pack)
         if pack is None and not layout.takes(autocast_cast((x,))[0], self.state_size, self.num_layers):
@@ -749,9 +749,10 @@ class LLTMLayer(torch.nn.Module):
         if not all(isinstance(t, Tensor) and t.dtype == x.dtype and t.device == x.device for t in (h0, c0, *params)) \
                 or any(p.shape != shape for p, shape in zip(params, expected)) or has_tangent((x, h0, c0, *params)):
             return None
-        run = LLTMStackFunction.forward if inference else LLTMStackFunction.apply
-        output, h_n, c_n, *_ = run(x.contiguous(), h0.contiguous(), c0.contiguous(), layout,
-                                   *(p.contiguous() for p in params))
+        # inference too through apply, which records no node where no gradient is wanted: under
+        # torch.func.vmap the Function's vmap rule runs it (its forward would meet batched tensors)
+        output, h_n, c_n, *_ = LLTMStackFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), layout,
+                                                       *(p.contiguous() for p in params))
         return output, h_n, c_n
 
     def _inference_stack(self, x: Tensor, steps: int, batch: int, state, pack: Optional[Pack] = None,

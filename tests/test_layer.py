@@ -858,13 +858,22 @@ def test_inference_stack_only_where_no_gradient_is_wanted(monkeypatch, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_inference_stack_under_vmap(device):
+@pytest.mark.parametrize("route", ["", "lockstep"], ids=["default", "step-loop-in-lockstep"])
+def test_inference_stack_under_vmap(monkeypatch, device, route):
+    """vmap of a layer's inference: the stack op, or (forced in float64) the directions in lockstep
+    through LLTMStackFunction's vmap rule."""
+    if route:
+        monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+        monkeypatch.setattr(pyroundlib.layer._Padded, "lockstep", forced_lockstep)
+    taken, both = [], pyroundlib.layer._Padded.both_forward
+    monkeypatch.setattr(pyroundlib.layer._Padded, "both_forward", lambda *args: taken.append(1) or both(*args))
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=torch.float64)
     xs = torch.randn(3, T, B, I, device=device, dtype=torch.float64)
     with torch.no_grad():
         got = torch.vmap(lambda x: flat(layer(x)))(xs)
         want = [torch.stack(o) for o in zip(*[flat(layer(x)) for x in xs])]
     torch.testing.assert_close(got, want)
+    assert len(taken) == (2 * 2 * 3 if route else 0)  # two layers, vmapped and one at a time
 
 
 @pytest.mark.parametrize("device", DEVICES)
