@@ -527,12 +527,11 @@ def forced_lockstep(self, x, state, features=None):
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
 def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     """A bidirectional layer's two directions as one step loop (a pack's: _packed.both_forward,
-    both_backward; a padded batch's: _Padded.both_forward, both_backward, its loops replayed from
-    CUDA graphs in 16 bits): taken by the rule on CUDA in bfloat16 and float32 at this size,
-    forced elsewhere.  Output,
-    h_n, c_n and the gradients of the input, every parameter and the state against the tutorial
-    cell in float64 on the CPU, each sequence run alone, every element written (on CUDA into
-    NaN-filled memory); inference the same bits as training."""
+    both_backward; a padded batch's: _Padded.both_forward, both_backward): taken by the rule on
+    CUDA in bfloat16 and float32 at this size, forced elsewhere.  Output, h_n, c_n and the
+    gradients of the input, every parameter and the state against the tutorial cell in float64
+    on the CPU, each sequence run alone, every element written (on CUDA into NaN-filled memory);
+    inference the same bits as training."""
     layout = pyroundlib.layer._Packed if packed else pyroundlib.layer._Padded
     if not (device == "cuda" and dtype in (torch.bfloat16, torch.float32)):
         monkeypatch.setattr(layout, "lockstep", forced_lockstep)
@@ -544,36 +543,70 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
     x = torch.randn(7, len(lengths), I, device=device, dtype=dtype, requires_grad=True)
     state = [torch.randn(4, len(lengths), S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
-    results, inferred = [], []
-    for _ in range(2 if device == "cuda" and not packed else 1):  # a replay's results too, where graphs replay
-        if device == "cuda":
-            poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]
-            del poison
-        given = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False) if packed else x
-        output, (h, c) = layer(given, state)
-        results.append((torch.nn.utils.rnn.pad_packed_sequence(output)[0] if packed else output, h, c))
-        with torch.inference_mode():
-            inferred.append(flat(layer(given, state)))
-        assert all(torch.equal(a.data, b.data) for a, b in zip(inferred[-1], (output, h, c)))
-    assert len(taken) == 4 * len(results)  # each layer, in training and in inference
-    weights = [torch.randn(t.shape, dtype=torch.float64) for t in results[0]]
+    if device == "cuda":
+        poison = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(64)]
+        del poison
+    given = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False) if packed else x
+    output, (h, c) = layer(given, state)
+    results = (torch.nn.utils.rnn.pad_packed_sequence(output)[0] if packed else output, h, c)
+    with torch.inference_mode():
+        inferred = flat(layer(given, state))
+    assert len(taken) == 4  # each layer, in training and in inference
+    assert all(torch.equal(a.data, b.data) for a, b in zip(inferred, (output, h, c)))
+    weights = [torch.randn(t.shape, dtype=torch.float64) for t in results]
     inputs = [x, *layer.parameters(), *state]
-    grads = [torch.autograd.grad(sum((t.double() * w.to(device)).sum() for t, w in zip(result, weights)), inputs)
-             for result in results]
+    grads = torch.autograd.grad(sum((t.double() * w.to(device)).sum() for t, w in zip(results, weights)), inputs)
     ref = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
     ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
     ref_inputs = [t.detach().cpu().double().requires_grad_() for t in (x, *state)]
     want = packed_reference(ref, ref_inputs[0], lengths, ref_inputs[1:])
     want_grads = torch.autograd.grad(sum((t * w).sum() for t, w in zip(want, weights)),
                                      [ref_inputs[0], *ref.parameters(), *ref_inputs[1:]])
-    for result, grad in zip(results, grads):
-        for got, expected in zip((*result, *grad), (*want, *want_grads)):
-            got = got.detach().cpu().double()
-            assert not torch.isnan(got).any(), "elements not written"
-            if dtype == torch.bfloat16:  # the rounding of every stored step
-                assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
-            else:
-                torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
+    for got, expected in zip((*results, *grads), (*want, *want_grads)):
+        got = got.detach().cpu().double()
+        assert not torch.isnan(got).any(), "elements not written"
+        if dtype == torch.bfloat16:  # the rounding of every stored step
+            assert (got - expected).norm() <= 0.05 * expected.norm() + 1e-2
+        else:
+            torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
+
+
+@requires_cuda
+@pytest.mark.parametrize("keep", [False, True], ids=["own-tensors", "over-copies"])
+def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep):
+    """A padded layer's lockstep loops in bfloat16, replayed from CUDA graphs: five calls with
+    the graphs on, each the bits of the call with them off (output, h_n, c_n, every gradient);
+    the forward's and the backward's loops each captured (over the calls' own tensors, or, with
+    the results kept alive, over copies)."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+    pyroundlib.graphs.clear()
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(7, 6, I, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    state = [torch.randn(4, 6, S, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
+    weights = [torch.randn(7, 6, 2 * S, device="cuda")] + [torch.randn(4, 6, S, device="cuda") for _ in range(2)]
+    inputs = [x, *layer.parameters(), *state]
+
+    def call():
+        results = flat(layer(x, state))
+        grads = torch.autograd.grad(sum((t.float() * w).sum() for t, w in zip(results, weights)), inputs)
+        return [t.detach() for t in (*results, *grads)]
+    assert pyroundlib.layer._Padded(2).lockstep(x, S)
+    monkeypatch.setenv(pyroundlib.graphs.ENV_VAR, "0")
+    want = [t.clone() for t in call()]
+    monkeypatch.setenv(pyroundlib.graphs.ENV_VAR, "1")
+    kept = []
+    for i in range(5):
+        got = call()
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), i
+        if keep:
+            kept.append(got)
+        del got
+    loops = {key[0] for key in pyroundlib.graphs._graphs}
+    assert {pyroundlib.layer._both_forward_loop, pyroundlib.layer._both_backward_loop} <= loops, loops
+    if keep:
+        assert any(isinstance(g, pyroundlib.graphs._OverCopies) for g in pyroundlib.graphs._graphs.values())
+    pyroundlib.graphs.clear()
 
 
 @requires_cuda
