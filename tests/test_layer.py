@@ -1124,14 +1124,21 @@ def test_packed_stack_function_against_the_layer_by_layer_path(monkeypatch, devi
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("route", ["", "lockstep"], ids=["one-call", "step-loop-in-lockstep"])
 def test_packed_stack_function_gradcheck_and_gradgradcheck(monkeypatch, device, route):
-    if route == "lockstep":  # where the rule never takes it (float64): forced
+    """A pack's stack node, its layers in one call each or (forced: float64 never takes it) with
+    their directions in lockstep.  The double backward differentiates the layer-by-layer path
+    whatever the forward's route: checked once."""
+    if route == "lockstep":
         monkeypatch.setattr(pyroundlib.layer._Packed, "lockstep", forced_lockstep)
     data, h0, c0, params, pack = packed_stack_case(device, 2, 2, "0" if route else "", monkeypatch)
+    layouts = []
 
     def f(data, h0, c0, *params):
-        return pyroundlib.layer.LLTMStackFunction.apply(data, h0, c0, pyroundlib.layer._Packed(2, pack), *params)[:3]
+        layouts.append(pyroundlib.layer._Packed(2, pack))
+        return pyroundlib.layer.LLTMStackFunction.apply(data, h0, c0, layouts[-1], *params)[:3]
     torch.autograd.gradcheck(f, (data, h0, c0, *params))
-    torch.autograd.gradgradcheck(f, (data, h0, c0, *params))
+    if not route:
+        torch.autograd.gradgradcheck(f, (data, h0, c0, *params))
+    assert (pyroundlib.layer.LOCKSTEP in layouts[0].routes.values()) == (route == "lockstep")
 
 
 @pytest.mark.parametrize("device", DEVICES)
