@@ -47,7 +47,7 @@ from .lltm import _forward_kernel as _cell_forward_kernel
 from .sequence import _backward_parts_kernel, lltm_sequence
 
 _layer_inference_kernel = Kernel("lltm_layer_fused_inference", cpu=False)
-LOCKSTEP = "steps, both directions in lockstep"  # a pack's layer route (_Packed.lockstep)
+LOCKSTEP = "steps, both directions in lockstep"  # a layer's route (_Packed.lockstep, _Padded.lockstep)
 
 
 def _check_stack_args(input, weights, bias, h0, c0, directions, first=None, lengths=None, order=None) -> None:
