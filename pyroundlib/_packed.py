@@ -28,6 +28,7 @@ recurrence written in torch ops (``_differentiable``) instead.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 
@@ -35,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import sequence
+from . import _cublas, sequence
 from ._common import DTYPE_CODES, Kernel, autocast_cast, check_like, check_tensor, no_gradient_wanted, ptr
 from .lltm import _forward_kernel as _cell_forward_kernel, _pointwise_differentiable
 from .sequence import _backward_parts_kernel
@@ -43,6 +44,8 @@ from .sequence import _backward_parts_kernel
 _forward_kernel = Kernel("lltm_sequence_packed_forward")
 _backward_kernel = Kernel("lltm_sequence_packed_backward")
 _upload_kernel = Kernel("upload", cpu=False)
+_steps_forward_kernel = Kernel("lltm_packed_steps_forward", cpu=False)
+_steps_backward_kernel = Kernel("lltm_packed_steps_backward", cpu=False)
 
 
 class Pack:
@@ -83,6 +86,12 @@ class Pack:
             if len(table):
                 _upload_kernel(table, table.data_ptr(), host.data_ptr(), len(table))
         return table.split([self.steps] * 2 + [self.batch] * 2)
+
+    @functools.cached_property
+    def host_array(self):
+        """The sizes as a C array (int64_t[steps]) in host memory: what the library's step
+        loops read (``_cublas``)."""
+        return (ctypes.c_int64 * self.steps)(*self.host_sizes)
 
     sizes = property(lambda self: self._table[0])
     first = property(lambda self: self._table[1])
@@ -223,6 +232,12 @@ def _forward_steps(gates, w_h, h0, c0, output, cells, pack: Pack) -> None:
     then the cell's pointwise kernel, which writes its rows of output and cells.  The steps'
     views are made at once (``split``): per step one torch op and one library call."""
     state, code, w_t = h0.shape[1], DTYPE_CODES[gates.dtype], w_h.t()
+    cublas = _cublas.for_tensor(gates)
+    if cublas is not None:  # the same loop in the library, each product by torch's cuBLAS
+        _steps_forward_kernel(gates, *cublas, gates.data_ptr(), w_h.data_ptr(), w_h.stride(0), 0, h0.data_ptr(),
+                              c0.data_ptr(), output.data_ptr(), cells.data_ptr(), pack.host_array, pack.steps,
+                              pack.batch, state, 1, code)
+        return
     h, c = h0, c0
     for g, new_h, new_c in zip(gates.split(pack.host_sizes), output.split(pack.host_sizes),
                                cells.split(pack.host_sizes)):
@@ -241,8 +256,16 @@ def _backward_steps(grad_output, grad_c_n, gates, w_h, c0, cells, d_gates, d_h0,
     where no later step has written it.  Step 0 writes d_c0."""
     sizes = pack.host_sizes
     state, code, steps = d_h0.shape[1], DTYPE_CODES[gates.dtype], len(sizes)
-    g, go, dg, old = gates.split(sizes), grad_output.split(sizes), d_gates.split(sizes), (c0, *cells.split(sizes))
     d_h = torch.zeros_like(d_h0)
+    cublas = _cublas.for_tensor(gates)
+    if cublas is not None:  # the same loop in the library, each product by torch's cuBLAS
+        d_cell = torch.stack((grad_c_n, grad_c_n))  # the two buffers, back to back
+        _steps_backward_kernel(gates, *cublas, grad_output.data_ptr(), gates.data_ptr(), w_h.data_ptr(),
+                               w_h.stride(0), 0, c0.data_ptr(), cells.data_ptr(), d_cell.data_ptr(), d_h.data_ptr(),
+                               d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.host_array, steps,
+                               pack.batch, state, 1, code)
+        return
+    g, go, dg, old = gates.split(sizes), grad_output.split(sizes), d_gates.split(sizes), (c0, *cells.split(sizes))
     d_cell = (grad_c_n.clone(), grad_c_n.clone())
     for t in range(steps - 1, -1, -1):
         rows, later = sizes[t], sizes[t + 1] if t + 1 < steps else 0
@@ -270,15 +293,22 @@ def both_forward(data, pack: Pack, params, h0, c0):
     gates = data.new_empty(pack.rows, 2, 3 * state)
     for d, (w, b, x) in enumerate(((w_f, b_f, data), (w_r, b_r, data.index_select(0, pack.reverse)))):
         torch.addmm(b, x, w[:, state:].t(), out=gates[:, d])
-    w_t = torch.stack((w_f[:, :state], w_r[:, :state])).transpose(1, 2)  # [2, S, 3S]
+    w_h = torch.stack((w_f[:, :state], w_r[:, :state]))  # [2, 3S, S]
     outputs, cells = data.new_empty(pack.rows, 2, state), data.new_empty(pack.rows, 2, state)
     h, c = h0.transpose(0, 1).contiguous(), c0.transpose(0, 1).contiguous()  # [B, 2, S]
-    for g, new_h, new_c in zip(gates.split(sizes), outputs.split(sizes), cells.split(sizes)):
-        rows = len(g)
-        g.transpose(0, 1).baddbmm_(h[:rows].transpose(0, 1), w_t)
-        _cell_forward_kernel(g, g.data_ptr(), c.data_ptr(), new_h.data_ptr(), new_c.data_ptr(), 2 * rows, state,
-                             code)
-        h, c = new_h, new_c
+    cublas = _cublas.for_tensor(data)
+    if cublas is not None:  # the same loop in the library, each product by torch's cuBLAS
+        _steps_forward_kernel(data, *cublas, gates.data_ptr(), w_h.data_ptr(), state, 3 * state * state, h.data_ptr(),
+                              c.data_ptr(), outputs.data_ptr(), cells.data_ptr(), pack.host_array, pack.steps,
+                              pack.batch, state, 2, code)
+    else:
+        w_t = w_h.transpose(1, 2)  # [2, S, 3S]
+        for g, new_h, new_c in zip(gates.split(sizes), outputs.split(sizes), cells.split(sizes)):
+            rows = len(g)
+            g.transpose(0, 1).baddbmm_(h[:rows].transpose(0, 1), w_t)
+            _cell_forward_kernel(g, g.data_ptr(), c.data_ptr(), new_h.data_ptr(), new_c.data_ptr(), 2 * rows, state,
+                                 code)
+            h, c = new_h, new_c
     output = torch.cat((outputs[:, 0], outputs[:, 1].index_select(0, pack.reverse)), dim=1)
     h_n, c_n = (t.index_select(0, pack.last).transpose(0, 1) for t in (outputs, cells))
     return output, h_n, c_n, outputs, cells, gates
@@ -297,18 +327,26 @@ def both_backward(grad_output, grad_h_n, grad_c_n, data, pack: Pack, params, h0,
     if grad_h_n is not None:  # h_n is each sequence's output row at its last step
         go.index_add_(0, pack.last, grad_h_n.transpose(0, 1))
     d_cell = grad_c_n.transpose(0, 1).contiguous() if grad_c_n is not None else data.new_zeros(pack.batch, 2, state)
-    d_cell = (d_cell, d_cell.clone())  # a kernel's input and output must not overlap: two buffers, in turn
+    d_cell = torch.stack((d_cell, d_cell))  # a kernel's input and output must not overlap: two buffers, in turn
     d_gates, d_h = torch.empty_like(gates), data.new_zeros(pack.batch, 2, state)
     d_h0, d_c0 = torch.empty_like(d_h), torch.empty_like(d_h)
     w_h = torch.stack((w_f[:, :state], w_r[:, :state]))  # [2, 3S, S]
-    g, gos, dg = gates.split(sizes), go.split(sizes), d_gates.split(sizes)
-    old = (c0.transpose(0, 1).contiguous(), *cells.split(sizes))
-    for t in range(len(sizes) - 1, -1, -1):
-        rows, later = sizes[t], sizes[t + 1] if t + 1 < len(sizes) else 0
-        _backward_parts_kernel(d_h0, gos[t].data_ptr(), d_h.data_ptr() if later else None, 1 if later else 0,
-                               d_cell[(t + 1) % 2].data_ptr(), g[t].data_ptr(), old[t].data_ptr(), dg[t].data_ptr(),
-                               (d_c0 if t == 0 else d_cell[t % 2]).data_ptr(), 2 * rows, state, code)
-        torch.bmm(dg[t].transpose(0, 1), w_h, out=(d_h0 if t == 0 else d_h[:rows]).transpose(0, 1))
+    c_0 = c0.transpose(0, 1).contiguous()
+    cublas = _cublas.for_tensor(data)
+    if cublas is not None:  # the same loop in the library, each product by torch's cuBLAS
+        _steps_backward_kernel(data, *cublas, go.data_ptr(), gates.data_ptr(), w_h.data_ptr(), state,
+                               3 * state * state, c_0.data_ptr(), cells.data_ptr(), d_cell.data_ptr(), d_h.data_ptr(),
+                               d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.host_array, pack.steps,
+                               pack.batch, state, 2, code)
+    else:
+        g, gos, dg, old = gates.split(sizes), go.split(sizes), d_gates.split(sizes), (c_0, *cells.split(sizes))
+        for t in range(len(sizes) - 1, -1, -1):
+            rows, later = sizes[t], sizes[t + 1] if t + 1 < len(sizes) else 0
+            _backward_parts_kernel(d_h0, gos[t].data_ptr(), d_h.data_ptr() if later else None, 1 if later else 0,
+                                   d_cell[(t + 1) % 2].data_ptr(), g[t].data_ptr(), old[t].data_ptr(),
+                                   dg[t].data_ptr(), (d_c0 if t == 0 else d_cell[t % 2]).data_ptr(), 2 * rows, state,
+                                   code)
+            torch.bmm(dg[t].transpose(0, 1), w_h, out=(d_h0 if t == 0 else d_h[:rows]).transpose(0, 1))
     reverse_data = data.index_select(0, pack.reverse)
     d_data, grads = None, []
     for d, (w, x, h_0) in enumerate(((w_f, data, h0[0]), (w_r, reverse_data, h0[1]))):

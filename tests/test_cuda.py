@@ -208,3 +208,34 @@ def test_upload_in_stream_order_and_into_a_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(dst[:1000].cpu(), want[:1000]) and (dst[1000:] == -1).all()
+
+
+def test_packed_step_loop_refuses_bad_arguments():
+    """prl_lltm_packed_steps_forward_cuda / _backward_cuda (a pack's step loop over torch's
+    cuBLAS): a pack's sizes that grow, start past the batch or are zero, a missing cuBLAS or
+    handle, and a third direction are refused with an error naming the argument, before
+    anything is launched."""
+    import ctypes
+
+    from pyroundlib import _cublas
+    from pyroundlib._packed import _steps_backward_kernel, _steps_forward_kernel
+    t = torch.zeros(1024, device="cuda")
+    gemm, handle, tf32 = _cublas.for_tensor(t)
+    p = t.data_ptr()
+    for sizes, match in (((2, 3, 1), "batch_sizes\\[1\\] = 3"), ((4, 1), "batch_sizes\\[0\\] = 4"),
+                         ((3, 0), "batch_sizes\\[1\\] = 0")):
+        array = (ctypes.c_int64 * len(sizes))(*sizes)
+        with pytest.raises(ValueError, match=match):
+            _steps_forward_kernel(t, gemm, handle, tf32, p, p, 4, 0, p, p, p, p, array, len(sizes), 3, 4, 1, 0)
+        with pytest.raises(ValueError, match=match):
+            _steps_backward_kernel(t, gemm, handle, tf32, p, p, p, 4, 0, p, p, p, p, p, p, p, array, len(sizes), 3, 4,
+                                   1, 0)
+    array = (ctypes.c_int64 * 2)(3, 2)
+    for args, match in (((None, handle), "'gemm' is NULL"), ((gemm, None), "'handle' is NULL")):
+        with pytest.raises(ValueError, match=match):
+            _steps_forward_kernel(t, *args, tf32, p, p, 4, 0, p, p, p, p, array, 2, 3, 4, 1, 0)
+    with pytest.raises(ValueError, match="'directions' must be 1 or 2, got 3"):
+        _steps_forward_kernel(t, gemm, handle, tf32, p, p, 4, 48, p, p, p, p, array, 2, 3, 4, 3, 0)
+    with pytest.raises(ValueError, match="'w_stride'"):
+        _steps_forward_kernel(t, gemm, handle, tf32, p, p, 4, 4, p, p, p, p, array, 2, 3, 4, 2, 0)
+    assert torch.equal(t, torch.zeros_like(t))

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import pyroundlib
-from pyroundlib import sequence
+from pyroundlib import _cublas, sequence
 from pyroundlib.reference import lltm_cell_reference
 
 from conftest import CUDA, TOLERANCES, capture_after_warm_up, requires_cuda, requires_two_gpus
@@ -491,14 +491,29 @@ def test_stacked_on_the_second_gpu(monkeypatch, route, packed):
     assert torch.cuda.current_device() == 0
 
 
+def step_loop_from(monkeypatch, device, where):
+    """A pack's step loop on CUDA in the library over torch's cuBLAS ("library", asserted to be
+    available there) or from Python ("python": PYROUNDLIB_CUBLAS=0); the CPU has the latter only."""
+    if where == "python":
+        monkeypatch.setenv(_cublas.ENV_VAR, "0")
+    elif device == "cuda":
+        assert _cublas.for_tensor(torch.zeros(1, device=device)) is not None, "torch's cuBLAS not found"
+    else:
+        pytest.skip("the CPU runs a pack's step loop from Python only")
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("route", ["", "1", "0"], ids=["default", "one-call", "step-loop"])
+@pytest.mark.parametrize("route", ["", "1", "0", "0-python"],
+                         ids=["default", "one-call", "step-loop", "step-loop-from-python"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_packed_routes(monkeypatch, device, route, dtype):
     """Every route of a pack's recurrence (on CUDA by default the fused kernels over its rows
-    at this size; one library call per direction; the step loop) in every dtype against the
-    CPU's float64 result; on CUDA into memory the caching allocator filled with NaN first:
-    every output and gradient element written."""
+    at this size; one library call per direction; the step loop, on CUDA in the library and
+    from Python) in every dtype against the CPU's float64 result; on CUDA into memory the
+    caching allocator filled with NaN first: every output and gradient element written."""
+    if route.startswith("0"):
+        route, where = "0", route[2:] or "library"
+        step_loop_from(monkeypatch, device, where)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
     layer, x, state, loss = stacked_case(device, dtype, packed=True)
     expected = sequence.STEPS if route == "0" else \
@@ -524,14 +539,17 @@ def forced_lockstep(self, x, state, features=None):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+@pytest.mark.parametrize("packed", ["packed", "packed-from-python", "padded"])
 def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     """A bidirectional layer's two directions as one step loop (a pack's: _packed.both_forward,
-    both_backward; a padded batch's: _Padded.both_forward, both_backward): taken by the rule on
-    CUDA in bfloat16 and float32 at this size, forced elsewhere.  Output, h_n, c_n and the
-    gradients of the input, every parameter and the state against the tutorial cell in float64
-    on the CPU, each sequence run alone, every element written (on CUDA into NaN-filled memory);
-    inference the same bits as training."""
+    both_backward, on CUDA in the library and from Python; a padded batch's: _Padded.both_forward,
+    both_backward): taken by the rule on CUDA in bfloat16 and float32 at this size, forced
+    elsewhere.  Output, h_n, c_n and the gradients of the input, every parameter and the state
+    against the tutorial cell in float64 on the CPU, each sequence run alone, every element
+    written (on CUDA into NaN-filled memory); inference the same bits as training."""
+    if packed != "padded":
+        step_loop_from(monkeypatch, device, "python" if packed.endswith("python") else "library")
+    packed = packed != "padded"
     layout = pyroundlib.layer._Packed if packed else pyroundlib.layer._Padded
     if not (device == "cuda" and dtype in (torch.bfloat16, torch.float32)):
         monkeypatch.setattr(layout, "lockstep", forced_lockstep)

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 11
+#define PRL_ABI_VERSION 12
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -277,6 +277,42 @@ PRL_API prl_status prl_lltm_sequence_packed_backward_cuda(const void *grad_outpu
                                                           int64_t batch, int64_t state, int dtype,
                                                           int device, void *stream);
 PRL_API prl_status prl_upload_cuda(void *dst, const int64_t *src, int64_t count, int device, void *stream);
+/* prl_lltm_packed_steps_forward_cuda / _backward_cuda: a pack's recurrence step by step, for
+ *   sizes the persistent kernels do not hold: each step's product by a cuBLAS the caller
+ *   already has in the process, then the pointwise kernels (prl_lltm_forward_cuda /
+ *   prl_lltm_backward_parts_cuda's), two launches a step from this loop.  The library does
+ *   not link cuBLAS: `gemm` is the address of cublasGemmStridedBatchedEx (cuBLAS 11 or
+ *   newer), `handle` a cublasHandle_t of `device` whose stream is `stream` (pyroundlib passes
+ *   torch's: torch.cuda.current_blas_handle()); tf32 != 0 lets float32 products use TF32
+ *   (CUBLAS_COMPUTE_32F_FAST_TF32).  A cuBLAS failure is returned as PRL_ERROR_CUDA.
+ * `directions` (1 or 2) directions run at once, as one batched product a step: the
+ *   step-major buffers hold each row's directions side by side (gates [N, D, 3*state],
+ *   output and cells [N, D, state], N = sum(batch_sizes)), h0, c0 [batch, D, state];
+ *   direction d's recurrent weights start w_stride elements after direction d - 1's (w_h:
+ *   rows 3*state, row stride ldw, as above).  batch_sizes [T] is host memory, checked (a
+ *   sorted pack's: >= 1, never growing, the first at most batch).  Forward: gates holds the
+ *   input half on entry, the pre-activations on return; output and cells are written.
+ * Backward: grad_output [N, D, state] (h_n's gradient already added at each row's last
+ *   step); d_cell two [batch, D, state] buffers back to back, each holding grad_c_n on entry
+ *   (work space, overwritten); d_h [batch, D, state] zeros on entry (work space); d_gates
+ *   [N, D, 3*state], d_h0, d_c0 [batch, D, state] are written. */
+typedef int (*prl_cublas_gemm_fn)(void *handle, int transa, int transb, int m, int n, int k, const void *alpha,
+                                  const void *a, int a_type, int lda, long long stride_a, const void *b, int b_type,
+                                  int ldb, long long stride_b, const void *beta, void *c, int c_type, int ldc,
+                                  long long stride_c, int batch_count, int compute_type, int algo);
+PRL_API prl_status prl_lltm_packed_steps_forward_cuda(prl_cublas_gemm_fn gemm, void *handle, int tf32,
+                                                      void *gates, const void *w_h, int64_t ldw, int64_t w_stride,
+                                                      const void *h0, const void *c0, void *output, void *cells,
+                                                      const int64_t *batch_sizes, int64_t steps, int64_t batch,
+                                                      int64_t state, int64_t directions, int dtype, int device,
+                                                      void *stream);
+PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gemm_fn gemm, void *handle, int tf32,
+                                                       const void *grad_output, const void *gates, const void *w_h,
+                                                       int64_t ldw, int64_t w_stride, const void *c0,
+                                                       const void *cells, void *d_cell, void *d_h, void *d_gates,
+                                                       void *d_h0, void *d_c0, const int64_t *batch_sizes,
+                                                       int64_t steps, int64_t batch, int64_t state,
+                                                       int64_t directions, int dtype, int device, void *stream);
 PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
                                                   const void *h0, const void *c0,
                                                   void *output, void *cells, void *c_n,

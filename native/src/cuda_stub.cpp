@@ -58,6 +58,20 @@ PRL_API prl_status prl_lltm_sequence_packed_backward_cuda(const void *, const vo
     return not_compiled(__func__);
 }
 
+PRL_API prl_status prl_lltm_packed_steps_forward_cuda(prl_cublas_gemm_fn, void *, int, void *, const void *, int64_t,
+                                                      int64_t, const void *, const void *, void *, void *,
+                                                      const int64_t *, int64_t, int64_t, int64_t, int64_t, int, int,
+                                                      void *) {
+    return not_compiled(__func__);
+}
+
+PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gemm_fn, void *, int, const void *, const void *,
+                                                       const void *, int64_t, int64_t, const void *, const void *,
+                                                       void *, void *, void *, void *, void *, const int64_t *,
+                                                       int64_t, int64_t, int64_t, int64_t, int, int, void *) {
+    return not_compiled(__func__);
+}
+
 PRL_API prl_status prl_upload_cuda(void *, const int64_t *, int64_t, int, void *) { return not_compiled(__func__); }
 
 PRL_API prl_status prl_lltm_sequence_persistent_forward_cuda(const void *, const void *, const void *, const void *,

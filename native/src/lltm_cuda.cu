@@ -162,6 +162,18 @@ void launch_backward(const void *grad_h, const void *grad_h_parts, int64_t parts
         parts);
 }
 
+template <typename T>
+void launch_forward(const void *gates, const void *old_cell, void *new_h, void *new_cell, int64_t batch, int64_t state,
+                    cudaStream_t stream) {
+    const bool aligned = all_aligned16({gates, old_cell, new_h, new_cell});
+    dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
+        using I = typename decltype(tag)::index;
+        lltm_forward_kernel<T, decltype(tag)::vec, I><<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, stream>>>(
+            static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(new_h),
+            static_cast<T *>(new_cell), (I)groups, (I)state);
+    });
+}
+
 }  // namespace
 
 extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const void *old_cell, void *new_h,
@@ -174,14 +186,7 @@ extern "C" PRL_API prl_status prl_lltm_forward_cuda(const void *gates, const voi
         using T = typename decltype(tag)::type;
         if (batch * state == 0) return PRL_SUCCESS;
         return prl::cuda_launch(fn, device, [&] {
-            const bool aligned = all_aligned16({gates, old_cell, new_h, new_cell});
-            dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
-                using I = typename decltype(tag)::index;
-                lltm_forward_kernel<T, decltype(tag)::vec, I>
-                    <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-                        static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(new_h),
-                        static_cast<T *>(new_cell), (I)groups, (I)state);
-            });
+            launch_forward<T>(gates, old_cell, new_h, new_cell, batch, state, static_cast<cudaStream_t>(stream));
         });
     });
     PRL_API_END
@@ -240,6 +245,181 @@ extern "C" PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, c
             launch_backward<T>(grad_h, grad_h_parts, parts, grad_cell, gates, old_cell, d_gates, d_old_cell, batch,
                                state, static_cast<cudaStream_t>(stream));
         });
+    });
+    PRL_API_END
+}
+
+// ---- a pack's step loop, each step's product by the caller's cuBLAS -------------------------
+//
+// Where the persistent kernels do not fit, a pack runs step by step: a product over the step's
+// rows, then the pointwise kernel.  From Python each step costs a torch GEMM's and a ctypes
+// call's host time, more than the step's GPU work at moderate sizes.  Here the library runs
+// the loop: the product is cublasGemmStridedBatchedEx of a cuBLAS already in the process (its
+// address and handle come from the caller: no link to cuBLAS), the pointwise kernels are the
+// ones above, and the host time of a step is two launches.  The D directions of a
+// bidirectional layer run as one batched product (rows of the step-major buffers interleave
+// the directions: [rows, D, width]).
+namespace {
+
+// cublasGemmStridedBatchedEx's enum values, the same in cuBLAS 11 to 13.
+constexpr int kCublasOpN = 0, kCublasOpT = 1, kCublasGemmDefault = -1;
+constexpr int kCudaR32F = 0, kCudaR64F = 1, kCudaR16F = 2, kCudaR16BF = 14;
+constexpr int kCublasCompute32F = 68, kCublasCompute32FFastTF32 = 77, kCublasCompute64F = 70;
+
+template <typename T> constexpr int cuda_data_type() {
+    return std::is_same<T, float>::value ? kCudaR32F : std::is_same<T, double>::value ? kCudaR64F
+           : std::is_same<T, prl::half_t>::value ? kCudaR16F : kCudaR16BF;
+}
+
+// c[d] (rows x m, row stride ldc) = beta c[d] + a[d] (rows x k, row stride lda) @ op(w[d]) for the
+// directions d < D, each operand `stride` elements after the one before: op(w) = w^T for w
+// [m, k] (transposed), else w [k, m]; every matrix row-major.  Column-major for cuBLAS:
+// c^T = op(w)^T a^T.
+template <typename T>
+int product(prl_cublas_gemm_fn gemm, void *handle, int tf32, bool transposed, int64_t rows, int64_t m, int64_t k,
+            const T *a, int64_t lda, int64_t a_stride, const T *w, int64_t ldw, int64_t w_stride, bool accumulate,
+            T *c, int64_t ldc, int64_t c_stride, int64_t directions) {
+    using A = prl::acc_t<T>;
+    const A one = A(1), beta = accumulate ? A(1) : A(0);
+    const int type = cuda_data_type<T>();
+    const int compute = std::is_same<T, double>::value ? kCublasCompute64F
+                        : std::is_same<T, float>::value && tf32 ? kCublasCompute32FFastTF32 : kCublasCompute32F;
+    return gemm(handle, transposed ? kCublasOpT : kCublasOpN, kCublasOpN, (int)m, (int)rows, (int)k, &one, w, type,
+                (int)ldw, (long long)w_stride, a, type, (int)lda, (long long)a_stride, &beta, c, type, (int)ldc,
+                (long long)c_stride, (int)directions, compute, kCublasGemmDefault);
+}
+
+prl_status check_steps_args(const char *fn, prl_cublas_gemm_fn gemm, void *handle, const int64_t *batch_sizes,
+                            int64_t steps, int64_t batch, int64_t state, int64_t directions, int64_t ldw,
+                            int64_t w_stride) {
+    if (gemm == nullptr || handle == nullptr)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is NULL", fn, gemm ? "handle" : "gemm");
+    if (directions != 1 && directions != 2)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'directions' must be 1 or 2, got %lld", fn,
+                         (long long)directions);
+    PRL_TRY(prl::check_sequence_sizes(fn, steps, batch * directions, state, ldw));
+    if (directions == 2 && w_stride < 3 * state * ldw)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'w_stride' (%lld) must be >= 3 * state * ldw",
+                         fn, (long long)w_stride);
+    if (steps > 0 && batch_sizes == nullptr)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'batch_sizes' is NULL", fn);
+    for (int64_t t = 0; t < steps; ++t)  // host memory: checked, as the CPU loops check theirs
+        if (batch_sizes[t] < 1 || batch_sizes[t] > (t ? batch_sizes[t - 1] : batch))
+            return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: batch_sizes[%lld] = %lld: a pack's sizes are >= 1, "
+                             "never grow, and start at most at batch (%lld)", fn, (long long)t,
+                             (long long)batch_sizes[t], (long long)batch);
+    return PRL_SUCCESS;
+}
+
+prl_status cublas_fail(const char *fn, int64_t t, int status) {
+    return prl::fail(PRL_ERROR_CUDA, "%s: cuBLAS's product of step %lld failed (cublasStatus_t %d)", fn, (long long)t,
+                     status);
+}
+
+}  // namespace
+
+extern "C" PRL_API prl_status prl_lltm_packed_steps_forward_cuda(prl_cublas_gemm_fn gemm, void *handle, int tf32,
+                                                                 void *gates, const void *w_h, int64_t ldw,
+                                                                 int64_t w_stride, const void *h0, const void *c0,
+                                                                 void *output, void *cells,
+                                                                 const int64_t *batch_sizes, int64_t steps,
+                                                                 int64_t batch, int64_t state, int64_t directions,
+                                                                 int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(check_steps_args(fn, gemm, handle, batch_sizes, steps, batch, state, directions, ldw, w_stride));
+    int64_t rows_in_all = 0;
+    for (int64_t t = 0; t < steps; ++t) rows_in_all += batch_sizes[t];
+    const int64_t n = rows_in_all * directions * state;
+    PRL_TRY(prl::check_pointer(fn, "gates", gates, n));
+    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, n));
+    PRL_TRY(prl::check_pointer(fn, "h0", h0, n));
+    PRL_TRY(prl::check_pointer(fn, "c0", c0, n));
+    PRL_TRY(prl::check_pointer(fn, "output", output, n));
+    PRL_TRY(prl::check_pointer(fn, "cells", cells, n));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const int64_t D = directions, width = D * state;  // a row of h and cells: [D, S]; of gates: [D, 3S]
+        auto s = static_cast<cudaStream_t>(stream);
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        const T *h = static_cast<const T *>(h0), *c = static_cast<const T *>(c0);
+        int64_t row = 0;
+        for (int64_t t = 0; t < steps; ++t) {
+            const int64_t rows = batch_sizes[t];
+            T *g = static_cast<T *>(gates) + row * 3 * width;
+            // gates_t[:, d] += h_{t-1}[:rows, d] @ W_h[d]^T
+            const int status = product<T>(gemm, handle, tf32, true, rows, 3 * state, state, h, width, state,
+                                          static_cast<const T *>(w_h), ldw, w_stride, true, g, 3 * width, 3 * state, D);
+            if (status != 0) return cublas_fail(fn, t, status);
+            T *new_h = static_cast<T *>(output) + row * width, *new_c = static_cast<T *>(cells) + row * width;
+            launch_forward<T>(g, c, new_h, new_c, rows * D, state, s);  // [rows * D] cells: rows of both directions
+            const cudaError_t err = cudaGetLastError();
+            if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launch", err);
+            h = new_h;
+            c = new_c;
+            row += rows;
+        }
+        return PRL_SUCCESS;
+    });
+    PRL_API_END
+}
+
+extern "C" PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gemm_fn gemm, void *handle, int tf32,
+                                                                  const void *grad_output, const void *gates,
+                                                                  const void *w_h, int64_t ldw, int64_t w_stride,
+                                                                  const void *c0, const void *cells, void *d_cell,
+                                                                  void *d_h, void *d_gates, void *d_h0, void *d_c0,
+                                                                  const int64_t *batch_sizes, int64_t steps,
+                                                                  int64_t batch, int64_t state, int64_t directions,
+                                                                  int dtype, int device, void *stream) {
+    PRL_API_BEGIN
+    const char *fn = __func__;
+    PRL_TRY(check_steps_args(fn, gemm, handle, batch_sizes, steps, batch, state, directions, ldw, w_stride));
+    int64_t rows_in_all = 0;
+    for (int64_t t = 0; t < steps; ++t) rows_in_all += batch_sizes[t];
+    const int64_t n = rows_in_all * directions * state;
+    PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, n));
+    PRL_TRY(prl::check_pointer(fn, "gates", gates, n));
+    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, n));
+    PRL_TRY(prl::check_pointer(fn, "c0", c0, n));
+    PRL_TRY(prl::check_pointer(fn, "cells", cells, n));
+    PRL_TRY(prl::check_pointer(fn, "d_cell", d_cell, n));
+    PRL_TRY(prl::check_pointer(fn, "d_h", d_h, n));
+    PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, n));
+    PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, n));
+    PRL_TRY(prl::check_pointer(fn, "d_c0", d_c0, n));
+    return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const int64_t D = directions, width = D * state;
+        auto s = static_cast<cudaStream_t>(stream);
+        prl::DeviceGuard guard(device);
+        if (guard.error() != cudaSuccess) return prl::cuda_fail(fn, "selecting the CUDA device", guard.error());
+        // d_cell: two [batch, D, S] buffers in turn (a kernel's input and output must not
+        // overlap), each holding grad_c_n on entry: a row's entry is the gradient of its cell
+        // from the step after, or grad_c_n at its own last step, where no later step wrote it.
+        // d_h: the gradient reaching h_t from step t + 1's product, zero on entry; the rows
+        // ending at step t were never written by a later (smaller) step, so they stay zero.
+        T *cell_grads[2] = {static_cast<T *>(d_cell), static_cast<T *>(d_cell) + batch * width};
+        int64_t end = rows_in_all;  // the first row past step t
+        for (int64_t t = steps - 1; t >= 0; --t) {
+            const int64_t rows = batch_sizes[t], later = t + 1 < steps ? batch_sizes[t + 1] : 0, row = end - rows;
+            const T *old = t == 0 ? static_cast<const T *>(c0)
+                                  : static_cast<const T *>(cells) + (row - batch_sizes[t - 1]) * width;
+            T *dg = static_cast<T *>(d_gates) + row * 3 * width;
+            launch_backward<T>(static_cast<const T *>(grad_output) + row * width, later ? d_h : nullptr, later ? 1 : 0,
+                               cell_grads[(t + 1) % 2], static_cast<const T *>(gates) + row * 3 * width, old, dg,
+                               t == 0 ? d_c0 : cell_grads[t % 2], rows * D, state, s);
+            const cudaError_t err = cudaGetLastError();
+            if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launch", err);
+            // the gradient reaching h_{t-1}[:rows, d] = d_gates_t[:, d] @ W_h[d] (d_h0 at t = 0)
+            const int status = product<T>(gemm, handle, tf32, false, rows, state, 3 * state, dg, 3 * width, 3 * state,
+                                          static_cast<const T *>(w_h), ldw, w_stride, false,
+                                          static_cast<T *>(t == 0 ? d_h0 : d_h), width, state, D);
+            if (status != 0) return cublas_fail(fn, t, status);
+            end = row;
+        }
+        return PRL_SUCCESS;
     });
     PRL_API_END
 }
