@@ -29,8 +29,8 @@ def _gemm() -> Optional[int]:
     if "gemm" not in _found:
         address = None
         if hasattr(os, "RTLD_NOLOAD"):
-            address = next(filter(None, (_threads._address(path, "cublasGemmStridedBatchedEx")
-                                         for path in _threads._loaded(_CUBLAS))), None)
+            address = next(filter(None, (_threads.symbol_address(path, "cublasGemmStridedBatchedEx")
+                                         for path in _threads.loaded_libraries(_CUBLAS))), None)
         _found["gemm"] = address
     return _found["gemm"]
 

@@ -37,7 +37,7 @@ BLAS_ENV_VAR = "PYROUNDLIB_CPU_BLAS"  # "0": never torch's BLAS; "1": on any CPU
 _given = {"torch": 1, "threads": 1, "parallel": None, "gemm": None}
 
 
-def _loaded(pattern) -> list:
+def loaded_libraries(pattern) -> list:
     """Paths of the shared libraries in this process whose file name matches pattern, those
     inside torch's package first."""
     try:
@@ -52,7 +52,7 @@ def _torch_first(path: str):
     return not path.startswith(os.path.dirname(torch.__file__) + os.sep), path
 
 
-def _address(path: str, symbol: str) -> Optional[int]:
+def symbol_address(path: str, symbol: str) -> Optional[int]:
     """symbol's address in the library at path, already loaded (RTLD_NOLOAD), or None."""
     try:
         library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
@@ -67,9 +67,10 @@ def openmp_parallel() -> Optional[int]:
     (RTLD_NOLOAD); of several, the one inside torch's package comes first, then libgomp."""
     if not torch.backends.openmp.is_available() or not hasattr(os, "RTLD_NOLOAD"):
         return None
-    runtimes = sorted(_loaded(_OPENMP_RUNTIME), key=lambda path: (_torch_first(path)[0], "gomp" not in path, path))
+    runtimes = sorted(loaded_libraries(_OPENMP_RUNTIME),
+                      key=lambda path: (_torch_first(path)[0], "gomp" not in path, path))
     for path in runtimes:
-        address = _address(path, "GOMP_parallel")
+        address = symbol_address(path, "GOMP_parallel")
         if address:
             return address
     return None
@@ -88,8 +89,8 @@ def blas_gemm(any_cpu: bool = False) -> Tuple[Optional[int], Optional[int]]:
         return None, None
     if not (any_cpu or choice == "1" or _intel_cpu()):
         return None, None
-    for path in _loaded(_BLAS):
-        sgemm, dgemm = _address(path, "sgemm_"), _address(path, "dgemm_")
+    for path in loaded_libraries(_BLAS):
+        sgemm, dgemm = symbol_address(path, "sgemm_"), symbol_address(path, "dgemm_")
         if sgemm and dgemm:
             return sgemm, dgemm
     return None, None

@@ -1,4 +1,5 @@
-// lltm_cuda.cu - prl_lltm_forward_cuda, prl_lltm_backward_cuda, prl_lltm_backward_parts_cuda.
+// lltm_cuda.cu - prl_lltm_forward_cuda, prl_lltm_backward_cuda, prl_lltm_backward_parts_cuda, and a pack's
+// step loop over them and the caller's cuBLAS: prl_lltm_packed_steps_forward_cuda / _backward_cuda.
 //
 // The grid-stride loop runs over groups of V consecutive columns of the [batch, state]
 // cell: up to V = 16 / sizeof(T) (one 16-byte access per operand) when state is a
@@ -168,7 +169,8 @@ void launch_forward(const void *gates, const void *old_cell, void *new_h, void *
     const bool aligned = all_aligned16({gates, old_cell, new_h, new_cell});
     dispatch_lltm<T>(batch, state, aligned, [&](auto tag, int64_t groups) {
         using I = typename decltype(tag)::index;
-        lltm_forward_kernel<T, decltype(tag)::vec, I><<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, stream>>>(
+        lltm_forward_kernel<T, decltype(tag)::vec, I>
+            <<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, stream>>>(
             static_cast<const T *>(gates), static_cast<const T *>(old_cell), static_cast<T *>(new_h),
             static_cast<T *>(new_cell), (I)groups, (I)state);
     });
