@@ -2,11 +2,13 @@
 layer is one autograd node whose recurrence is, as ``sequence._packed_route`` says, the fused
 CUDA kernels over the pack's rows (short packs of small states: prl_lltm_packed_fused_*, the
 input half and every product included), one library call (prl_lltm_sequence_packed_forward_* /
-_backward_*: the CPU loop, and CUDA's persistent kernels where they fit), or the step loop from
-Python over each step's rows (``_forward_steps``, ``_backward_steps``); where that loop is bound by
-its host time (its products on tensor cores, or small: ``layer._Packed.lockstep``), a
-bidirectional layer's two directions as one step loop (``both_forward``, ``both_backward``: one
-batched product and one pointwise launch a step for both).
+_backward_*: the CPU loop, and CUDA's persistent kernels where they fit), or the step loop over
+each step's rows (``_forward_steps``, ``_backward_steps``; on CUDA run by the library, each product
+by torch's cuBLAS: ``_cublas``, prl_lltm_packed_steps_*; else from Python over torch's GEMMs);
+where that loop is bound by its host time (its products on tensor cores, or small:
+``layer._Packed.lockstep``), a bidirectional layer's two directions as one step loop
+(``both_forward``, ``both_backward``: one batched product and one pointwise launch a step for
+both).
 
 A ``PackedSequence``'s data hold step t's rows after those of the steps before it, its
 sequences sorted longest first, so step t has the first ``batch_sizes[t]`` rows of the batch.
@@ -225,12 +227,13 @@ def _backward(grad_output, grad_c_n, data, weights, h0, c0, output, cells, gates
     return d_data, d_gates.t() @ inputs, d_gates.sum(0), d_h0, d_c0
 
 
-# ---- the recurrence step by step from Python: CUDA, where the persistent kernels do not fit ------
+# ---- the recurrence step by step: CUDA, where the persistent kernels do not fit ------------------
 
 def _forward_steps(gates, w_h, h0, c0, output, cells, pack: Pack) -> None:
     """Each step's product over its rows, added into its gates (the input half already there),
-    then the cell's pointwise kernel, which writes its rows of output and cells.  The steps'
-    views are made at once (``split``): per step one torch op and one library call."""
+    then the cell's pointwise kernel, which writes its rows of output and cells: on CUDA in one
+    library call over torch's cuBLAS (``_cublas``), else from Python, the steps' views made at
+    once (``split``): per step one torch op and one library call."""
     state, code, w_t = h0.shape[1], DTYPE_CODES[gates.dtype], w_h.t()
     cublas = _cublas.for_tensor(gates)
     if cublas is not None:  # the same loop in the library, each product by torch's cuBLAS
@@ -253,7 +256,8 @@ def _backward_steps(grad_output, grad_c_n, gates, w_h, c0, cells, d_gates, d_h0,
     reads grad_output; then that step's product gives step t - 1's.  d_cell alternates between
     two buffers (a kernel's input and output must not overlap), both grad_c_n at first: a row's
     entry is the gradient of its cell from the step after, or grad_c_n at its own last step,
-    where no later step has written it.  Step 0 writes d_c0."""
+    where no later step has written it.  Step 0 writes d_c0.  On CUDA the library runs the
+    same loop over torch's cuBLAS (``_cublas``)."""
     sizes = pack.host_sizes
     state, code, steps = d_h0.shape[1], DTYPE_CODES[gates.dtype], len(sizes)
     d_h = torch.zeros_like(d_h0)

@@ -6,6 +6,7 @@
 // multiple of that and every buffer is 16-byte aligned, fewer where a launch would have
 // few threads (dispatch_lltm), else V = 1.  The row/column split costs a division per
 // group: 32-bit when every index fits (the usual case), else 64-bit.
+#include <initializer_list>
 #include <limits>
 
 #include "cuda_common.cuh"
@@ -291,9 +292,16 @@ int product(prl_cublas_gemm_fn gemm, void *handle, int tf32, bool transposed, in
                 (long long)c_stride, (int)directions, compute, kCublasGemmDefault);
 }
 
+struct Buffer {
+    const char *name;
+    const void *p;
+};
+
+// The arguments both loops share, and their buffers (each must be there where the pack has rows);
+// rows_in_all: sum(batch_sizes), the step-major buffers' rows.
 prl_status check_steps_args(const char *fn, prl_cublas_gemm_fn gemm, void *handle, const int64_t *batch_sizes,
                             int64_t steps, int64_t batch, int64_t state, int64_t directions, int64_t ldw,
-                            int64_t w_stride) {
+                            int64_t w_stride, std::initializer_list<Buffer> buffers, int64_t &rows_in_all) {
     if (gemm == nullptr || handle == nullptr)
         return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument '%s' is NULL", fn, gemm ? "handle" : "gemm");
     if (directions != 1 && directions != 2)
@@ -310,6 +318,10 @@ prl_status check_steps_args(const char *fn, prl_cublas_gemm_fn gemm, void *handl
             return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: batch_sizes[%lld] = %lld: a pack's sizes are >= 1, "
                              "never grow, and start at most at batch (%lld)", fn, (long long)t,
                              (long long)batch_sizes[t], (long long)batch);
+    rows_in_all = 0;
+    for (int64_t t = 0; t < steps; ++t) rows_in_all += batch_sizes[t];
+    for (const Buffer &buffer : buffers)
+        PRL_TRY(prl::check_pointer(fn, buffer.name, buffer.p, rows_in_all * directions * state));
     return PRL_SUCCESS;
 }
 
@@ -329,16 +341,11 @@ extern "C" PRL_API prl_status prl_lltm_packed_steps_forward_cuda(prl_cublas_gemm
                                                                  int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(check_steps_args(fn, gemm, handle, batch_sizes, steps, batch, state, directions, ldw, w_stride));
     int64_t rows_in_all = 0;
-    for (int64_t t = 0; t < steps; ++t) rows_in_all += batch_sizes[t];
-    const int64_t n = rows_in_all * directions * state;
-    PRL_TRY(prl::check_pointer(fn, "gates", gates, n));
-    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, n));
-    PRL_TRY(prl::check_pointer(fn, "h0", h0, n));
-    PRL_TRY(prl::check_pointer(fn, "c0", c0, n));
-    PRL_TRY(prl::check_pointer(fn, "output", output, n));
-    PRL_TRY(prl::check_pointer(fn, "cells", cells, n));
+    PRL_TRY(check_steps_args(fn, gemm, handle, batch_sizes, steps, batch, state, directions, ldw, w_stride,
+                             {{"gates", gates}, {"w_h", w_h}, {"h0", h0}, {"c0", c0}, {"output", output},
+                              {"cells", cells}},
+                             rows_in_all));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const int64_t D = directions, width = D * state;  // a row of h and cells: [D, S]; of gates: [D, 3S]
@@ -377,20 +384,12 @@ extern "C" PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gem
                                                                   int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
-    PRL_TRY(check_steps_args(fn, gemm, handle, batch_sizes, steps, batch, state, directions, ldw, w_stride));
     int64_t rows_in_all = 0;
-    for (int64_t t = 0; t < steps; ++t) rows_in_all += batch_sizes[t];
-    const int64_t n = rows_in_all * directions * state;
-    PRL_TRY(prl::check_pointer(fn, "grad_output", grad_output, n));
-    PRL_TRY(prl::check_pointer(fn, "gates", gates, n));
-    PRL_TRY(prl::check_pointer(fn, "w_h", w_h, n));
-    PRL_TRY(prl::check_pointer(fn, "c0", c0, n));
-    PRL_TRY(prl::check_pointer(fn, "cells", cells, n));
-    PRL_TRY(prl::check_pointer(fn, "d_cell", d_cell, n));
-    PRL_TRY(prl::check_pointer(fn, "d_h", d_h, n));
-    PRL_TRY(prl::check_pointer(fn, "d_gates", d_gates, n));
-    PRL_TRY(prl::check_pointer(fn, "d_h0", d_h0, n));
-    PRL_TRY(prl::check_pointer(fn, "d_c0", d_c0, n));
+    PRL_TRY(check_steps_args(fn, gemm, handle, batch_sizes, steps, batch, state, directions, ldw, w_stride,
+                             {{"grad_output", grad_output}, {"gates", gates}, {"w_h", w_h}, {"c0", c0},
+                              {"cells", cells}, {"d_cell", d_cell}, {"d_h", d_h}, {"d_gates", d_gates},
+                              {"d_h0", d_h0}, {"d_c0", d_c0}},
+                             rows_in_all));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const int64_t D = directions, width = D * state;
