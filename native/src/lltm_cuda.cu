@@ -259,7 +259,7 @@ extern "C" PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, c
 // call's host time, more than the step's GPU work at moderate sizes.  Here the library runs
 // the loop: the product is cublasGemmStridedBatchedEx of a cuBLAS already in the process (its
 // address and handle come from the caller: no link to cuBLAS), the pointwise kernels are the
-// ones above, and a step's host time is two launches' (most of it cuBLAS's own host path, ~9-11
+// ones above, and a step's host time is two launches' (most of it cuBLAS's own host path, 9-20
 // us a call on an H100: benchmarks/NOTES.md).  The D directions of a
 // bidirectional layer run as one batched product (rows of the step-major buffers interleave
 // the directions: [rows, D, width]).
