@@ -121,7 +121,16 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int, inferen
         accepted = batch * 3 * state < 2**31 and steps < 2**31  # what the library's sequence loop takes
         return ONE_CALL if choice != "0" and accepted else STEPS
     tensor_cores = _tensor_core_products(t)
-    persistent = choice != "0" and _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+    fits = _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state) if choice != "0" else 0
+    # fits == 2: the persistent kernels fit only in row tiles of two (row, column) pairs a thread
+    # (16-bit batches too wide for one pair a thread: 16-column tiles in one grid, its barrier
+    # every step), whose step costs more than the replayed loop's: on an H100 (2026-11-27) a
+    # 2-layer bidirectional bfloat16 LLTMLayer took 1.65-1.81x the replay's time at (T, B, I, S) =
+    # (200, 64, 128, 768), 1.34-1.61x at (100, 64, 256, 1024), lltm_sequence 1.10-1.20x.  So a
+    # padded batch takes them only where the loop is not replayed, or when asked for (=1); a
+    # pack, never replayed, takes them (_packed_in_one_call: 0.55-0.85x the library's step loop
+    # over cuBLAS there; benchmarks/NOTES.md).
+    persistent = fits == 1 or (fits == 2 and (choice == "1" or not graphs.enabled()))
     fused = choice in ("", "fused") and (choice == "fused" or steps * batch * state < FUSED_MAX_WORK) \
         and _fits(_fused_fits, "prl_lltm_sequence_fused_cuda_fits", t, batch, features, state)
     if fused and (choice == "fused" or steps <= FUSED_MAX_STEPS or not persistent):
@@ -137,7 +146,7 @@ def _route(t: Tensor, steps: int, batch: int, features: int, state: int, inferen
 def _packed_in_one_call(t: Tensor, batch: int, state: int) -> bool:
     """Whether a packed batch (``LLTMLayer``) runs each direction's recurrence in one library
     call that takes the pack's batch sizes (``_packed.py``): on the CPU always, on CUDA
-    wherever the persistent kernels fit, in every dtype.  Otherwise (and with =0) the step
+    wherever the persistent kernels fit (in row tiles of two pairs a thread too), in every dtype.  Otherwise (and with =0) the step
     loop over each step's rows (on CUDA run by the library over torch's cuBLAS, as
     ``_packed._forward_steps`` says).  A pack's steps differ in size, so the step
     loop is not replayed from CUDA graphs (a capture per pack would rarely be replayed), and
@@ -145,7 +154,7 @@ def _packed_in_one_call(t: Tensor, batch: int, state: int) -> bool:
     0.32x in float32, at (50, 64, 256, 512) on an H100 (benchmarks/NOTES.md)."""
     if os.environ.get(PERSISTENT_ENV_VAR, "") == "0":
         return False
-    return t.is_cpu or _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state)
+    return t.is_cpu or _fits(_persistent_fits, "prl_lltm_sequence_cuda_fits", t, batch, state) > 0
 
 
 def _packed_route(t: Tensor, steps: int, batch: int, features: int, state: int) -> str:
@@ -157,19 +166,20 @@ def _packed_route(t: Tensor, steps: int, batch: int, features: int, state: int) 
     return ONE_CALL if _packed_in_one_call(t, batch, state) else STEPS
 
 
-_persistent_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit
+_persistent_fits = {}  # (device index, dtype, batch, state) -> whether the persistent kernels fit (0, 1, 2)
 _fused_fits = {}  # (device index, dtype, batch, features, state) -> whether the fused kernels fit
 
 
-def _fits(cache: dict, query: str, t: Tensor, *sizes: int) -> bool:
+def _fits(cache: dict, query: str, t: Tensor, *sizes: int) -> int:
     """The library's answer to ``query(*sizes, dtype, device, &fits)`` for t's dtype and
-    device, asked once per (device, dtype, sizes) and kept in ``cache``."""
+    device (0: does not fit; prl_lltm_sequence_cuda_fits's 2: only in row tiles of two pairs a
+    thread), asked once per (device, dtype, sizes) and kept in ``cache``."""
     key = (t.get_device(), t.dtype, *sizes)
     fits = cache.get(key)
     if fits is None:
         answer = ctypes.c_int(0)
         getattr(_ffi.library(), query)(*sizes, DTYPE_CODES[t.dtype], key[0], ctypes.byref(answer))
-        fits = cache[key] = bool(answer.value)
+        fits = cache[key] = answer.value
     return fits
 
 

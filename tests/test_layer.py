@@ -687,6 +687,21 @@ def test_packed_one_call_with_one_and_several_column_tiles(monkeypatch, dtype, s
 
 
 @requires_cuda
+@pytest.mark.skipif(CUDA and torch.cuda.get_device_capability()[0] < 8, reason="tensor cores: sm_80 and later")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_packed_one_call_two_pairs_a_thread(monkeypatch, dtype):
+    """A pack of 64 sequences at S = 768 on the persistent kernels whose threads finish two
+    (row, column) pairs a step (test_sequence.py's test_persistent_kernels_two_pairs_a_thread):
+    against the tutorial cell in float64.  Skips where the grid does not fit."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    monkeypatch.setattr(sequence, "_persistent_fits", {})
+    lengths = torch.randint(1, 6, (64,), generator=torch.Generator().manual_seed(768)).tolist()
+    if not sequence._packed_in_one_call(torch.empty(1, device="cuda", dtype=dtype), 64, 768):
+        pytest.skip("(64, 768) does not fit in one co-resident grid on this GPU")
+    check_pack_against_the_cell(lengths, 768, dtype, sequence.ONE_CALL)
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype,state,batch", [(torch.float32, 64, 40), (torch.float32, 8, 150),
                                                (torch.bfloat16, 32, 70), (torch.float16, 16, 9),
                                                (torch.float64, 16, 40)], ids=str)

@@ -786,6 +786,37 @@ def test_persistent_kernels_16_bit(monkeypatch, steps, batch, features, state, d
 
 @requires_cuda
 @pytest.mark.skipif(CUDA and torch.cuda.get_device_capability()[0] < 8, reason="tensor cores: sm_80 and later")
+@pytest.mark.parametrize("batch,state", [(64, 768), (64, 1024)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_persistent_kernels_two_pairs_a_thread(monkeypatch, dtype, batch, state):
+    """A batch too wide for tiles of one (row, column) pair a thread: 16-column tiles of the
+    tensor cores, whose grid of one pair a thread needs 48-64 x 4 blocks (192 SMs or more), take
+    rows of two pairs a thread (96-128 blocks, the grid's barrier): against the float64
+    reference, the same bits on every call (a pack: test_layer.py).  The library says so
+    (prl_lltm_sequence_cuda_fits: 2), and by default a padded batch keeps the replayed step
+    loop, faster there, while a pack takes them.  Skips on a GPU too small to hold even those
+    tiles."""
+    monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
+    monkeypatch.delenv(sequence.TENSOR_CORES_ENV_VAR, raising=False)
+    monkeypatch.delenv(graphs.ENV_VAR, raising=False)
+    monkeypatch.setattr(sequence, "_persistent_fits", {})
+    args = seq_args(4, batch, 8, state, dtype, "cuda")
+    fits = sequence._fits(sequence._persistent_fits, "prl_lltm_sequence_cuda_fits", args[0], batch, state)
+    if not fits:
+        pytest.skip(f"({batch}, {state}) does not fit in one co-resident grid on this GPU")
+    if torch.cuda.get_device_properties(0).multi_processor_count < 192:
+        assert fits == 2
+    if fits == 2:
+        assert sequence._route(args[0], 200, batch, 8, state) == sequence.REPLAYED
+        assert sequence._packed_route(args[0], 200, batch, 8, state) == sequence.ONE_CALL
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    assert sequence._route(args[0], 4, batch, 8, state) == sequence.ONE_CALL
+    check_against_reference(args, TOLERANCES[dtype])
+    check_repeatable(args)
+
+
+@requires_cuda
+@pytest.mark.skipif(CUDA and torch.cuda.get_device_capability()[0] < 8, reason="tensor cores: sm_80 and later")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_tensor_cores_switch(monkeypatch, dtype):
     """PYROUNDLIB_TENSOR_CORES switches the 16-bit product: the two sum in other orders, so

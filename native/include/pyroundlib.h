@@ -157,8 +157,11 @@ PRL_API prl_status prl_lltm_backward_parts_cuda(const void *grad_h, const void *
  *
  * prl_lltm_sequence_cuda_fits: *fits = 1 when (batch, state) in `dtype` fits, both
  *   directions, in one co-resident grid of `device` or (sm_90 and later) in thread-block
- *   clusters all resident at once, else 0; then run the steps one by one
- *   (prl_lltm_forward_cuda / prl_lltm_backward_cuda and GEMMs of your own).
+ *   clusters all resident at once; 2 when it fits only in row tiles whose threads finish two
+ *   (row, column) pairs a step (16-bit batches too wide for one pair a thread, tensor cores):
+ *   there a step costs more than a step loop replayed from CUDA graphs (H100), less than one
+ *   launched step by step; else 0, then run the steps one by one (prl_lltm_forward_cuda /
+ *   prl_lltm_backward_cuda and GEMMs of your own).
  *
  * w_h: the first `state` columns of weights, rows 3*state, row stride `ldw` elements
  *   (ldw = state + input for a contiguous weights).

@@ -69,6 +69,11 @@ constexpr int kMmaWarps = 8;
 constexpr int kMmaPad = 8;  // elements after a staged row (16 bytes: a row's words fall in distinct banks)
 template <bool Backward> constexpr int kMmaGates = Backward ? 1 : 3;
 template <bool Backward> constexpr int kMmaTiles = Backward ? 24 : 8;
+// (row, column) pairs a thread of the tensor-core kernel may finish a step (its kernel with
+// O = kMmaOwn): the row tile may then hold up to kMmaOwn * threads / JT rows, so that a batch
+// too wide for one pair a thread (BT * JT <= threads) still fits in one co-resident grid.
+// Taken only where no tile of one pair a thread fits (make_plan).
+constexpr int kMmaOwn = 2;
 
 // Weights per thread: 96 float registers (48 doubles); the forward holds three gate rows of
 // KC columns each, the backward one column of 3 * KC rows.
@@ -286,7 +291,8 @@ template <typename T> __device__ __forceinline__ int rows_at(const SequenceArgs<
 // with it, H100).
 // SC > 0: a kernel for state size SC alone, one column tile of SC columns (no cluster): the
 // sizes the loop's indices and partial sums depend on are compile-time constants.
-template <typename T, bool Backward, bool Mma, bool Cluster, int SC = 0>
+// O: the (row, column) pairs a thread finishes each step, at most (kMmaOwn, or one).
+template <typename T, bool Backward, bool Mma, bool Cluster, int SC = 0, int O = 1>
 __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceArgs<T> p) {
     using A = prl::acc_t<T>;
     using ST = std::conditional_t<Mma, T, A>;   // a staged element
@@ -295,6 +301,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     constexpr int LC = Mma ? 0 : KC;             // the staged rows' chunks (staged_col)
     constexpr int V = prl::kVec16<T>;
     static_assert(SC == 0 || !Cluster, "a kernel for one state size runs one column tile");
+    static_assert(O == 1 || (Mma && !Cluster && SC == 0), "several pairs a thread: the general tensor-core kernel");
     const int S = SC ? SC : p.state, B = p.batch, JT = SC ? SC : p.jt, BT = p.bt;
     const int K = Backward ? 3 * S : S;
     const int NK = Mma ? kMmaWarps / (JT / 16) : (K + KC - 1) / KC;  // partial sums of each output
@@ -351,13 +358,27 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             }
     }
 
-    // The (row, column) this thread finishes each step (BT * JT <= blockDim.x: one each, or
-    // none); its cell (forward) or the gradient of its cell (backward) stays in a register.
-    const int out_r = tid / JT, out_c = tid - out_r * JT, out_b = b0 + out_r, out_j = j0 + out_c;
-    const bool owns = tid < BT * JT && out_b < B && out_j < S;
-    const int64_t k_own = (int64_t)out_b * S + out_j, kg_own = (int64_t)out_b * 3 * S + out_j;
-    A carried = A(0);
-    if (owns) carried = Backward ? (p.grad_c_n ? prl::load(p.grad_c_n[k_own]) : A(0)) : prl::load(p.c0[k_own]);
+    // The (row, column) pairs this thread finishes each step: pair o is element tid + o *
+    // blockDim.x of the tile (BT * JT <= O * blockDim.x: one each or none, or up to O); each
+    // pair's cell (forward) or the gradient of its cell (backward) stays in a register.
+    int out_r[O], out_c[O], out_b[O], out_j[O];
+    int64_t k_own[O], kg_own[O];  // the pair's element of [B, S] and of [B, 3S]
+    bool owns[O];
+    A carried[O];
+#pragma unroll
+    for (int o = 0; o < O; ++o) {
+        const int e = tid + o * (int)blockDim.x;
+        out_r[o] = e / JT;
+        out_c[o] = e - out_r[o] * JT;
+        out_b[o] = b0 + out_r[o];
+        out_j[o] = j0 + out_c[o];
+        owns[o] = e < BT * JT && out_b[o] < B && out_j[o] < S;
+        k_own[o] = (int64_t)out_b[o] * S + out_j[o];
+        kg_own[o] = (int64_t)out_b[o] * 3 * S + out_j[o];
+        carried[o] = A(0);
+        if (owns[o])
+            carried[o] = Backward ? (p.grad_c_n ? prl::load(p.grad_c_n[k_own[o]]) : A(0)) : prl::load(p.c0[k_own[o]]);
+    }
 
     cg::grid_group grid = cg::this_grid();
     const int phases = Backward ? p.steps + 1 : p.steps;
@@ -382,8 +403,8 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     // writes value at column c of this thread's staged row, in the buffer the next step reads;
     // never in the last step (no step reads it, and another block of the cluster may have
     // exited: its shared memory is gone)
-    auto put = [&](ST *buffer, int c, ST value) {
-        const int at = out_r * RS + staged_col<LC>(c);
+    auto put = [&](ST *buffer, int r, int c, ST value) {
+        const int at = r * RS + staged_col<LC>(c);
         if (clustered) put_in_cluster(buffer, at, value, p.cluster);
         else buffer[at] = value;
     };
@@ -412,8 +433,9 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         // none of them has no product this step
         const int src_rows = Backward ? rows_at(p, t + 1) : rows;
         const bool product = (!Backward || s > 0) && b0 < src_rows;
-        const bool mine = owns && out_b < rows;  // this thread's (row, column) is in step t
-        const int64_t at = first * S + k_own, at_g = first * 3 * S + kg_own;
+        bool mine[O];  // this thread's pair o is in step t
+#pragma unroll
+        for (int o = 0; o < O; ++o) mine[o] = owns[o] && out_b[o] < rows;
         ST *const reads = clustered && (s & 1) ? staged + RB : staged;  // this step's staged rows
         ST *const writes = clustered && !(s & 1) ? staged + RB : staged;  // the next step's
         // this step's own operands, none written by another block: loaded first, they arrive
@@ -421,13 +443,18 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         // converted where it is loaded made the warp wait for the load there, before the
         // product (H100: a bfloat16 step took 1.24x a float32 one at (B, S) = (16, 64),
         // benchmarks/NOTES.md).
-        T g_own[3] = {T{}, T{}, T{}}, extra{}, old_own{};
-        if (mine && t >= 0) {
+        T g_own[O][3], extra[O], old_own[O];
 #pragma unroll
-            for (int i = 0; i < 3; ++i) g_own[i] = p.gates[at_g + i * S];
-            if (Backward) {
-                extra = p.grad_output[at];
-                old_own = t == 0 ? p.c0[k_own] : p.cells[(first - rows_at(p, t - 1)) * S + k_own];
+        for (int o = 0; o < O; ++o) {
+            g_own[o][0] = g_own[o][1] = g_own[o][2] = extra[o] = old_own[o] = T{};
+            if (mine[o] && t >= 0) {
+                const int64_t at = first * S + k_own[o], at_g = first * 3 * S + kg_own[o];
+#pragma unroll
+                for (int i = 0; i < 3; ++i) g_own[o][i] = p.gates[at_g + i * S];
+                if (Backward) {
+                    extra[o] = p.grad_output[at];
+                    old_own[o] = t == 0 ? p.c0[k_own[o]] : p.cells[(first - rows_at(p, t - 1)) * S + k_own[o]];
+                }
             }
         }
         if (product) {
@@ -488,7 +515,10 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
             }
             __syncthreads();
         }
-        if (mine) {
+#pragma unroll
+        for (int o = 0; o < O; ++o) {
+            if (!mine[o]) continue;
+            const int64_t at = first * S + k_own[o], at_g = first * 3 * S + kg_own[o];
             // each output's partial sums, in the order q = 0, 1, ...; on CUDA cores the gates'
             // sums side by side, so that their shared-memory reads overlap (0.84-0.90x the time
             // of a sum at a time at small states; the tensor-core kernels took 1.05-1.2x with it:
@@ -497,7 +527,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
 #pragma unroll
             for (int g = 0; g < G; ++g) sum[g] = A(0);
             if (product) {
-                const A *part = partial + out_r * G * JT + out_c;
+                const A *part = partial + out_r[o] * G * JT + out_c[o];
                 if constexpr (Mma) {
 #pragma unroll
                     for (int g = 0; g < G; ++g)
@@ -510,40 +540,40 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 }
             }
             if (Backward && t < 0) {  // d_h0 = d_gates[0] W_h
-                p.d_h0[k_own] = prl::store<T>(sum[0]);
+                p.d_h0[k_own[o]] = prl::store<T>(sum[0]);
             } else if (!Backward) {
                 T *g_t = p.gates + at_g;
                 A g[3], h, c_new;
 #pragma unroll
                 for (int i = 0; i < 3; ++i) {  // the pre-activations as stored, as the step-by-step path reads them
-                    const T stored = prl::store<T>(prl::load(g_own[i]) + sum[i]);
+                    const T stored = prl::store<T>(prl::load(g_own[o][i]) + sum[i]);
                     g_t[i * S] = stored;
                     g[i] = prl::load(stored);
                 }
-                prl::lltm_forward_math<T>(g[0], g[1], g[2], carried, h, c_new);
+                prl::lltm_forward_math<T>(g[0], g[1], g[2], carried[o], h, c_new);
                 const T c_stored = prl::store<T>(c_new), h_stored = prl::store<T>(h);
                 p.output[at] = h_stored;
-                if (own_rows && s + 1 < phases) put(writes, out_j, to_staged<ST>(h_stored));
+                if (own_rows && s + 1 < phases) put(writes, out_r[o], out_j[o], to_staged<ST>(h_stored));
                 p.cells[at] = c_stored;
-                if (p.c_n && out_b >= rows_at(p, t + 1)) p.c_n[k_own] = c_stored;  // the row's last step
-                carried = prl::load(c_stored);  // the next step reads the cell as stored
+                if (p.c_n && out_b[o] >= rows_at(p, t + 1)) p.c_n[k_own[o]] = c_stored;  // the row's last step
+                carried[o] = prl::load(c_stored);  // the next step reads the cell as stored
             } else {
                 // the gradient reaching h_t (rounded as the step-by-step path stores it), and new_cell's
-                const A grad_h = prl::load(prl::store<T>(prl::load(extra) + sum[0]));
+                const A grad_h = prl::load(prl::store<T>(prl::load(extra[o]) + sum[0]));
                 A d[3], d_cell;
-                prl::lltm_backward_math<T>(grad_h, carried, prl::load(g_own[0]), prl::load(g_own[1]),
-                                           prl::load(g_own[2]), prl::load(old_own), d[0], d[1], d[2],
+                prl::lltm_backward_math<T>(grad_h, carried[o], prl::load(g_own[o][0]), prl::load(g_own[o][1]),
+                                           prl::load(g_own[o][2]), prl::load(old_own[o]), d[0], d[1], d[2],
                                            d_cell);
                 T *dg = p.d_gates + at_g;
 #pragma unroll
                 for (int i = 0; i < 3; ++i) {
                     const T stored = prl::store<T>(d[i]);
                     dg[i * S] = stored;
-                    if (own_rows && s + 1 < phases) put(writes, i * S + out_j, to_staged<ST>(stored));
+                    if (own_rows && s + 1 < phases) put(writes, out_r[o], i * S + out_j[o], to_staged<ST>(stored));
                 }
                 const T d_cell_stored = prl::store<T>(d_cell);
-                carried = prl::load(d_cell_stored);
-                if (t == 0) p.d_c0[k_own] = d_cell_stored;
+                carried[o] = prl::load(d_cell_stored);
+                if (t == 0) p.d_c0[k_own[o]] = d_cell_stored;
             }
         }
         if (!Backward) {
@@ -565,6 +595,7 @@ struct Plan {
     int bt = 0, blocks = 0;
     int sc = 0;       // > 0: the kernel for this state size (state_kernel)
     int cluster = 0;  // > 1: blocks per cluster (the column tiles), launched as clusters
+    int own = 1;      // (row, column) pairs a thread finishes (kMmaOwn: that kernel)
     int64_t smem = 0;
     bool fits() const { return blocks > 0; }
 };
@@ -586,7 +617,10 @@ template <typename T> int state_kernel(const Shape &shape, int64_t state) {
     return sc && state == sc && shape.jt == state && !state_kernels_off() ? sc : 0;
 }
 
-template <typename T, bool Backward> void *kernel_of(bool mma, bool cluster, int sc = 0) {
+template <typename T, bool Backward> void *kernel_of(bool mma, bool cluster, int sc = 0, int own = 1) {
+    if constexpr (prl::stored_in_16_bits<T>::value)
+        if (mma && own > 1)
+            return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, false, 0, kMmaOwn>);
     if constexpr (!std::is_same<T, double>::value)
         if (sc == kStateKernel)
             return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false, false, kStateKernel>);
@@ -701,22 +735,33 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, TensorCores tens
             (void)cudaGetLastError();
         }
     }
-    for (int64_t bt = 1;; bt *= 2) {
-        const int64_t smem = shared_bytes<A, Backward>(shape, (int)bt);
-        if (smem > smem_max || bt * shape.jt > shape.threads) break;  // a thread finishes one (row, column)
-        const int64_t blocks = j_tiles * ((batch + bt - 1) / bt);
-        int per_sm = 0;
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads, (size_t)smem);
-        if (err != cudaSuccess) return err;
-        if (blocks <= (int64_t)per_sm * sms) {
-            plan.shape = shape;
-            plan.bt = (int)bt;
-            plan.blocks = (int)blocks;
-            plan.smem = smem;
-            plan.sc = sc;
-            break;
+    // One pair a thread first; then, for the tensor cores' general tile, row tiles of up to
+    // kMmaOwn pairs a thread (the same sums: only where no tile of one pair fits).
+    for (int own = 1; own <= kMmaOwn; own *= kMmaOwn) {
+        if (own > 1) {
+            if (!shape.mma || sc) break;
+            kernel = kernel_of<T, Backward>(true, false, 0, own);
+            err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+            if (err != cudaSuccess) return err;
         }
-        if (bt >= batch) break;
+        for (int64_t bt = 1;; bt *= 2) {
+            const int64_t smem = shared_bytes<A, Backward>(shape, (int)bt);
+            if (smem > smem_max || bt * shape.jt > (int64_t)own * shape.threads) break;  // pairs a thread: own at most
+            const int64_t blocks = j_tiles * ((batch + bt - 1) / bt);
+            int per_sm = 0;
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads, (size_t)smem);
+            if (err != cudaSuccess) return err;
+            if (blocks <= (int64_t)per_sm * sms) {
+                plan.shape = shape;
+                plan.bt = (int)bt;
+                plan.blocks = (int)blocks;
+                plan.smem = smem;
+                plan.sc = sc;
+                plan.own = own;
+                return cudaSuccess;
+            }
+            if (bt >= batch) break;
+        }
     }
     return cudaSuccess;
 }
@@ -772,7 +817,7 @@ prl_status launch_planned(const char *fn, SequenceArgs<T> args, const Plan &plan
                                    static_cast<cudaStream_t>(stream));
         err = cudaLaunchKernelExC(&launch.config, kernel_of<T, Backward>(plan.shape.mma, true), params);
     } else {
-        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(plan.shape.mma, false, plan.sc),
+        err = cudaLaunchCooperativeKernel(kernel_of<T, Backward>(plan.shape.mma, false, plan.sc, plan.own),
                                           dim3(plan.blocks), dim3(plan.shape.threads), params, (size_t)plan.smem,
                                           static_cast<cudaStream_t>(stream));
     }
@@ -941,7 +986,7 @@ extern "C" PRL_API prl_status prl_lltm_sequence_cuda_fits(int64_t batch, int64_t
         cudaError_t err = cached_plan<T, false>(batch, state, dtype, guard.device(), forward);
         if (err == cudaSuccess) err = cached_plan<T, true>(batch, state, dtype, guard.device(), backward);
         if (err != cudaSuccess) return prl::cuda_fail(fn, "planning the persistent grid", err);
-        *fits = forward.fits() && backward.fits();
+        *fits = !(forward.fits() && backward.fits()) ? 0 : forward.own > 1 || backward.own > 1 ? 2 : 1;
         return PRL_SUCCESS;
     });
     PRL_API_END

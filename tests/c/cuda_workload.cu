@@ -257,6 +257,10 @@ int main() {
         }
     }
     unsetenv("PYROUNDLIB_TENSOR_CORES");
+    // 16-bit, a batch too wide for one (row, column) pair a thread: rows of two pairs a thread
+    // (prl_lltm_sequence_cuda_fits: 2, on a GPU of fewer than 192 SMs)
+    sequence_case<uint16_t>(PRL_BFLOAT16, 2, 64, 768);
+    sequence_case<uint16_t>(PRL_FLOAT16, 2, 64, 768);
     // lanes an output / rows a block: 4 / 1 at 64 and 33, 2 / 1 at 100, 1 / 1 at 130, 4 / 7 at 8; a last
     // warp part empty at 33, 100 and 130
     for (int64_t state : {64, 33, 100, 130, 8}) {
