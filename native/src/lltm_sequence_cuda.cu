@@ -16,7 +16,8 @@
 //   - per step the block stages the BT rows of h_{t-1} in shared memory, every thread forms
 //     its partial dot products, the partials meet in shared memory and are summed in a
 //     fixed order (the result does not depend on scheduling), and the thread that owns a
-//     (row, column) applies the pointwise cell of lltm.h to it;
+//     (row, column) applies the pointwise cell of lltm.h to it (one pair a thread; where no
+//     such tile fits, a tensor-core kernel of its own owns two pairs a thread: kMmaOwn);
 //   - then the whole grid waits (cooperative_groups' grid sync) until step t's h is
 //     written before any block starts step t + 1;
 //   - unless one block holds every state column (JT >= S: small states).  Rows do not
@@ -38,8 +39,8 @@
 // per-SM L1, which other SMs' writes do not update).
 //
 // The grid (or every cluster of it) must be co-resident: prl_lltm_sequence_cuda_fits says whether the weights and
-// tiles of a (batch, state) fit on the device; otherwise the caller runs the steps one by
-// one (prl_lltm_forward_cuda / prl_lltm_backward_cuda and its own GEMMs).
+// tiles of a (batch, state) fit on the device (2: only with two pairs a thread); otherwise the
+// caller runs the steps one by one (prl_lltm_forward_cuda / prl_lltm_backward_cuda and its own GEMMs).
 #include <cooperative_groups.h>
 
 #include <cstdlib>
