@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
+#include <new>
 
 #include "common.h"
 
@@ -58,17 +60,43 @@ std::atomic<int64_t> requested_threads{1};
 std::atomic<prl_parallel_fn> runner{nullptr};
 std::atomic<long> runner_process{0};
 
+// A part's claim, on a cache line of its own (threads claim side by side).
+struct alignas(64) Claim {
+    std::atomic<bool> taken{false};
+};
+
 struct Region {
     const std::function<void(int64_t)> *part;
     int64_t parts;
     std::atomic<int64_t> next{0};
+    Claim *claims = nullptr;  // one a part, where each thread first takes its home part; else none
 };
+
+// Each thread that runs a region gets a home number once (the order in which threads first
+// arrive) and, where a call has as many parts as the team has threads, first takes part
+// home % parts: the same OS thread takes the same part call after call, as torch's
+// parallel_for gives thread i the i-th range, so an elementwise call's range stays in that
+// core's L2 from one call to the next (claimed in arrival order, a 16-core Xeon ran 2^20
+// floats at half torch.round's speed: benchmarks/NOTES.md).  The rest is claimed in order.
+// Which thread runs a part never changes what it computes.
+std::atomic<int64_t> homes{0};
+thread_local int64_t home = -1;
 
 extern "C" {
 // The body every thread of the runner's team runs.
 static void prl_region_body(void *data) {
     Region &region = *static_cast<Region *>(data);
-    for (int64_t i; (i = region.next.fetch_add(1)) < region.parts;) (*region.part)(i);
+    if (region.claims == nullptr) {
+        for (int64_t i; (i = region.next.fetch_add(1)) < region.parts;) (*region.part)(i);
+        return;
+    }
+    if (home < 0) home = homes.fetch_add(1);
+    auto run = [&](int64_t i) {
+        if (!region.claims[i].taken.load(std::memory_order_relaxed) && !region.claims[i].taken.exchange(true))
+            (*region.part)(i);
+    };
+    run(home % region.parts);
+    for (int64_t i; (i = region.next.fetch_add(1)) < region.parts;) run(i);
 }
 }
 
@@ -175,6 +203,11 @@ void run_parts(int64_t parts, const std::function<void(int64_t)> &part) {
             Region region;
             region.part = &part;
             region.parts = parts;
+            std::unique_ptr<Claim[]> claims;
+            if (parts == cpu_threads()) {  // home parts (above); without the memory, claimed in order
+                claims.reset(new (std::nothrow) Claim[(size_t)parts]);
+                region.claims = claims.get();
+            }
             // The team is always cpu_threads() strong, even for fewer parts (the others find
             // none left): libgomp ends surplus pool threads when a team is smaller than the
             // last one and starts new ones when the next is larger again, at tens of
