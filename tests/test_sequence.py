@@ -784,6 +784,30 @@ def test_persistent_kernels_16_bit(monkeypatch, steps, batch, features, state, d
     check_repeatable(args)
 
 
+@pytest.mark.parametrize("fits", [0, 1, 2])
+def test_route_where_the_kernels_fit_only_with_two_pairs_a_thread(monkeypatch, fits):
+    """The route's rule for the fits query's answers, on any machine (the answer patched; a
+    meta tensor stands for a 16-bit CUDA one): 1 takes the persistent kernels; 2 (only in row
+    tiles of two pairs a thread) leaves a padded batch on the replayed step loop, but takes them
+    where graphs are off or with PYROUNDLIB_PERSISTENT_SEQUENCE=1, and for a pack; 0 never."""
+    monkeypatch.setattr(sequence, "_fits", lambda cache, query, t, *sizes: fits)
+    for name in (sequence.PERSISTENT_ENV_VAR, graphs.ENV_VAR):
+        monkeypatch.delenv(name, raising=False)
+    x = torch.empty(1, dtype=torch.bfloat16, device="meta")
+    steps, batch, features, state = 200, 64, 128, 768  # T*B*S past the fused kernels' limit
+    replayed_or_one_call = {0: sequence.REPLAYED, 1: sequence.ONE_CALL, 2: sequence.REPLAYED}[fits]
+    assert sequence._route(x, steps, batch, features, state) == replayed_or_one_call
+    assert sequence._packed_route(x, steps, batch, features, state) == (sequence.ONE_CALL if fits else sequence.STEPS)
+    monkeypatch.setenv(graphs.ENV_VAR, "0")
+    assert sequence._route(x, steps, batch, features, state) == (sequence.ONE_CALL if fits else sequence.STEPS)
+    monkeypatch.delenv(graphs.ENV_VAR)
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    assert sequence._route(x, steps, batch, features, state) == (sequence.ONE_CALL if fits else sequence.REPLAYED)
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+    assert sequence._route(x, steps, batch, features, state) == sequence.REPLAYED
+    assert sequence._packed_route(x, steps, batch, features, state) == sequence.STEPS
+
+
 @requires_cuda
 @pytest.mark.skipif(CUDA and torch.cuda.get_device_capability()[0] < 8, reason="tensor cores: sm_80 and later")
 @pytest.mark.parametrize("batch,state", [(64, 768), (64, 1024)])
