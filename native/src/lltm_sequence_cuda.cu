@@ -75,6 +75,7 @@ template <bool Backward> constexpr int kMmaTiles = Backward ? 24 : 8;
 // too wide for one pair a thread (BT * JT <= threads) still fits in one co-resident grid.
 // Taken only where no tile of one pair a thread fits (make_plan).
 constexpr int kMmaOwn = 2;
+static_assert(kMmaOwn > 1, "make_plan tries one pair a thread, then kMmaOwn");
 
 // Weights per thread: 96 float registers (48 doubles); the forward holds three gate rows of
 // KC columns each, the backward one column of 3 * KC rows.
