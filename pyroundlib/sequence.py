@@ -57,7 +57,9 @@ from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differe
 #           fit in the registers of one co-resident grid (the persistent kernels; in 16 bits on
 #           sm_80+ their products run on tensor cores where that is faster: the library's plan),
 #           every dtype, from PERSISTENT_MIN_STEPS steps or PERSISTENT_MIN_WORK on, and at any
-#           length where the step loop would not be replayed (below).  CPU, every dtype and
+#           length where the step loop would not be replayed (below); where they fit only in
+#           row tiles of two pairs a thread, only where the loop would not be replayed (_route's
+#           comment).  CPU, every dtype and
 #           size: the library splits each call among torch's threads as the machine and the
 #           sizes allow (by batch rows, or step by step by columns: Plan in
 #           native/src/lltm_sequence_cpu.cpp), and its products are as fast as torch's GEMMs
