@@ -46,7 +46,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <new>
 #include <system_error>
 #include <thread>
 #endif
