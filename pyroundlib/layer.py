@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from . import sequence
+from . import graphs, sequence
 from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
                       check_tensor, define_op, exporting, has_tangent, no_gradient_wanted, ptr)
 from . import _packed
@@ -238,6 +238,18 @@ def _layer_by_layer(x: Tensor, h0, c0, params, directions: int, direction=_padde
 # from CUDA graphs where the sequence's loop would be (graphs.py), each loop over tensors that
 # _Padded allocates where they repeat.
 
+def _products_apart(x: Tensor) -> bool:
+    """Whether the lockstep loops run a step's product a direction at a time, not as cuBLAS's
+    batch of two, and are replayed from CUDA graphs: in float32 on CUDA cores (no TF32).  There
+    the batch of two took longer than its two products apart (H100, (B, S) = (64, 768): 45.0 us
+    a backward step batched, 15.3 us a direction alone), but the extra launch a step costs host
+    time when the loop runs from Python, so the two go together: a 2-layer bidirectional layer's
+    fwd+bwd took 0.85x the time at (T, B, I, S) = (200, 64, 128, 768) and 0.87x at
+    (100, 64, 256, 1024), where replay alone took 0.97-1.02x and the products apart alone 0.91-1.03x
+    (H100, 2026-11-27; benchmarks/NOTES.md)."""
+    return x.is_cuda and x.dtype == torch.float32 and not sequence._tensor_core_products(x)
+
+
 def _both_forward_loop(x: Tensor, w_f: Tensor, b_f: Tensor, w_r: Tensor, b_r: Tensor, h0: Tensor, c0: Tensor,
                        output: Tensor, outputs: Tensor, cells: Tensor, gates: Tensor) -> None:
     """Reads x [T, B, I], the two directions' weights and biases, h0 and c0 [2, B, S]; fills
@@ -250,8 +262,13 @@ def _both_forward_loop(x: Tensor, w_f: Tensor, b_f: Tensor, w_r: Tensor, b_r: Te
         torch.baddbmm(b, inputs, w[:, state:].t().expand(steps, features, 3 * state), out=gates[:, d])
     w_t = torch.stack((w_f[:, :state], w_r[:, :state])).transpose(1, 2)  # [2, S, 3S]
     h, c = h0, c0
+    apart = _products_apart(x)
     for g, new_h, new_c in zip(gates.unbind(0), outputs.unbind(0), cells.unbind(0)):
-        g.baddbmm_(h, w_t)
+        if apart:
+            for d in range(2):
+                g[d].addmm_(h[d], w_t[d])
+        else:
+            g.baddbmm_(h, w_t)
         _cell_forward_kernel(x, g.data_ptr(), c.data_ptr(), new_h.data_ptr(), new_c.data_ptr(), 2 * batch, state,
                              code)
         h, c = new_h, new_c
@@ -273,13 +290,18 @@ def _both_backward_loop(grad_output: Tensor, grad_h_n: Tensor, grad_c_n: Tensor,
     d_gates = torch.empty_like(gates)
     w_h = torch.stack((w_f[:, :state], w_r[:, :state]))  # [2, 3S, S]
     d_h, d_cell, d_cell_in = torch.empty_like(d_h0), (torch.empty_like(d_c0), torch.empty_like(d_c0)), grad_c_n
+    apart = _products_apart(x)
     for t in range(steps - 1, -1, -1):
         d_cell_out = d_c0 if t == 0 else d_cell[t % 2]  # a kernel's input and output must not overlap
         later = t < steps - 1
         _backward_parts_kernel(x, go[t].data_ptr(), d_h.data_ptr() if later else None, 1 if later else 0,
                                d_cell_in.data_ptr(), gates[t].data_ptr(), (cells[t - 1] if t else c0).data_ptr(),
                                d_gates[t].data_ptr(), d_cell_out.data_ptr(), 2 * batch, state, code)
-        torch.bmm(d_gates[t], w_h, out=d_h0 if t == 0 else d_h)
+        if apart:
+            for d, target in enumerate(d_h0 if t == 0 else d_h):
+                torch.mm(d_gates[t, d], w_h[d], out=target)
+        else:
+            torch.bmm(d_gates[t], w_h, out=d_h0 if t == 0 else d_h)
         d_cell_in = d_cell_out
     # a direction's rows of all steps, contiguous, for the products over all of them
     d_gates, outputs = d_gates.transpose(0, 1).contiguous(), outputs.transpose(0, 1).contiguous()
@@ -332,7 +354,13 @@ class _Padded:
                                                  route=sequence.FUSED if x.is_cuda else sequence.ONE_CALL)
 
     def _route(self, x: Tensor, state: int, inference: bool) -> str:
-        return sequence._route(x, *x.shape, state, inference)
+        """The route of the lockstep's loops: a direction's (``sequence._route``), except that in
+        full-precision float32 a loop that would run from Python (STEPS) is replayed where graphs
+        are on (_products_apart)."""
+        route = sequence._route(x, *x.shape, state, inference)
+        if route is sequence.STEPS and self.directions == 2 and _products_apart(x) and graphs.enabled():
+            return sequence.REPLAYED
+        return route
 
     def both_forward(self, x, params, h0, c0):
         """-> (output [T, B, 2S], h_n, c_n [2, B, S], and the buffers the backward reads)."""

@@ -590,18 +590,22 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("keep", [False, True], ids=["own-tensors", "over-copies"])
-def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep):
-    """A padded layer's lockstep loops in bfloat16, replayed from CUDA graphs: five calls with
-    the graphs on, each the bits of the call with them off (output, h_n, c_n, every gradient);
-    the forward's and the backward's loops each captured (over the calls' own tensors, or, with
-    the results kept alive, over copies)."""
+def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype):
+    """A padded layer's lockstep loops in bfloat16, and in float32 without TF32 (its products a
+    direction at a time), replayed from CUDA graphs: five calls with the graphs on, each the bits
+    of the call with them off (output, h_n, c_n, every gradient); the forward's and the
+    backward's loops each captured (over the calls' own tensors, or, with the results kept
+    alive, over copies)."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    assert pyroundlib.layer._products_apart(torch.empty(0, device="cuda", dtype=dtype)) == (dtype == torch.float32)
     pyroundlib.graphs.clear()
     torch.manual_seed(0)
-    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(7, 6, I, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    state = [torch.randn(4, 6, S, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device="cuda", dtype=dtype)
+    x = torch.randn(7, 6, I, device="cuda", dtype=dtype, requires_grad=True)
+    state = [torch.randn(4, 6, S, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2)]
     weights = [torch.randn(7, 6, 2 * S, device="cuda")] + [torch.randn(4, 6, S, device="cuda") for _ in range(2)]
     inputs = [x, *layer.parameters(), *state]
 
