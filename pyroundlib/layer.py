@@ -316,10 +316,11 @@ LOCKSTEP_ROUTES = (sequence.REPLAYED, sequence.STEPS)  # a direction's routes th
 # B*S up to which a layer's two directions in lockstep pay on CUDA, by dtype: one direction's step
 # then leaves the GPU idle enough that both in one launch cost less; past it they queue behind
 # each other anyway, and full-precision float32's batched products took longer (H100,
-# benchmarks/NOTES.md).  A padded layer's steps are replayed from CUDA graphs in 16 bits and in
-# float32 with TF32, so only the GPU's time counts; a pack's step loop runs from Python, bound by
-# its host time wherever the products run on tensor cores, so there it pays at any B*S
-# (_Packed.lockstep).  Not float64 (not measured).
+# benchmarks/NOTES.md).  A padded layer's lockstep steps are replayed from CUDA graphs (in
+# full-precision float32 a direction's product at a time), so only the GPU's time counts; a
+# pack's step loop (the library's over cuBLAS, or from Python) is bound by its host time
+# wherever the products run on tensor cores, so there it pays at any B*S (_Packed.lockstep).
+# Not float64 (not measured).
 LOCKSTEP_MAX_WORK = {torch.float16: 1 << 18, torch.bfloat16: 1 << 18, torch.float32: 1 << 16}
 
 
