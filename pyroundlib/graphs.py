@@ -90,8 +90,15 @@ def _capture(loop, tensors, device: torch.device) -> "torch.cuda.CUDAGraph":
     if stream is None:
         stream = _capture_streams[device.index] = torch.cuda.Stream(device)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-        loop(*tensors)
+    # Not torch.cuda.graph(): its entry synchronises and empties the allocator's cache, which
+    # hands the free blocks of the calls' pool (buffers) back to the driver, so that the next
+    # call's tensors can take new addresses and be replayed over copies from then on.
+    with torch.cuda.stream(stream):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            loop(*tensors)
+        finally:
+            graph.capture_end()
     return graph
 
 

@@ -250,6 +250,39 @@ def _products_apart(x: Tensor) -> bool:
     return x.is_cuda and x.dtype == torch.float32 and not sequence._tensor_core_products(x)
 
 
+_side_streams: dict = {}  # device index -> the stream a captured lockstep loop runs the reverse direction's products on
+
+
+def _beside(x: Tensor, apart: bool):
+    """Where a lockstep loop with its products apart is being captured into a CUDA graph: the
+    side stream of x's device, on which the reverse direction's product of a step runs beside
+    the forward direction's (a fork and a join a step, which the graph turns into two parallel
+    branches, as cuDNN runs its two directions on two streams); None otherwise (both in turn on
+    the current stream: the same products, the same bits)."""
+    if not (apart and torch.cuda.is_current_stream_capturing()):
+        return None
+    index = x.get_device()
+    side = _side_streams.get(index)
+    if side is None:
+        side = _side_streams[index] = torch.cuda.Stream(x.device)
+    return side
+
+
+def _side_by_side(side, first, second) -> None:
+    """first() on the current stream and second() on side at the same time, joined after; both
+    in turn where side is None."""
+    if side is None:
+        first()
+        second()
+        return
+    main = torch.cuda.current_stream()
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        second()
+    first()
+    main.wait_stream(side)
+
+
 def _both_forward_loop(x: Tensor, w_f: Tensor, b_f: Tensor, w_r: Tensor, b_r: Tensor, h0: Tensor, c0: Tensor,
                        output: Tensor, outputs: Tensor, cells: Tensor, gates: Tensor) -> None:
     """Reads x [T, B, I], the two directions' weights and biases, h0 and c0 [2, B, S]; fills
@@ -263,10 +296,10 @@ def _both_forward_loop(x: Tensor, w_f: Tensor, b_f: Tensor, w_r: Tensor, b_r: Te
     w_t = torch.stack((w_f[:, :state], w_r[:, :state])).transpose(1, 2)  # [2, S, 3S]
     h, c = h0, c0
     apart = _products_apart(x)
+    side = _beside(x, apart)
     for g, new_h, new_c in zip(gates.unbind(0), outputs.unbind(0), cells.unbind(0)):
         if apart:
-            for d in range(2):
-                g[d].addmm_(h[d], w_t[d])
+            _side_by_side(side, lambda: g[0].addmm_(h[0], w_t[0]), lambda: g[1].addmm_(h[1], w_t[1]))
         else:
             g.baddbmm_(h, w_t)
         _cell_forward_kernel(x, g.data_ptr(), c.data_ptr(), new_h.data_ptr(), new_c.data_ptr(), 2 * batch, state,
@@ -291,6 +324,7 @@ def _both_backward_loop(grad_output: Tensor, grad_h_n: Tensor, grad_c_n: Tensor,
     w_h = torch.stack((w_f[:, :state], w_r[:, :state]))  # [2, 3S, S]
     d_h, d_cell, d_cell_in = torch.empty_like(d_h0), (torch.empty_like(d_c0), torch.empty_like(d_c0)), grad_c_n
     apart = _products_apart(x)
+    side = _beside(x, apart)
     for t in range(steps - 1, -1, -1):
         d_cell_out = d_c0 if t == 0 else d_cell[t % 2]  # a kernel's input and output must not overlap
         later = t < steps - 1
@@ -298,8 +332,9 @@ def _both_backward_loop(grad_output: Tensor, grad_h_n: Tensor, grad_c_n: Tensor,
                                d_cell_in.data_ptr(), gates[t].data_ptr(), (cells[t - 1] if t else c0).data_ptr(),
                                d_gates[t].data_ptr(), d_cell_out.data_ptr(), 2 * batch, state, code)
         if apart:
-            for d, target in enumerate(d_h0 if t == 0 else d_h):
-                torch.mm(d_gates[t, d], w_h[d], out=target)
+            target = d_h0 if t == 0 else d_h
+            _side_by_side(side, lambda: torch.mm(d_gates[t, 0], w_h[0], out=target[0]),
+                          lambda: torch.mm(d_gates[t, 1], w_h[1], out=target[1]))
         else:
             torch.bmm(d_gates[t], w_h, out=d_h0 if t == 0 else d_h)
         d_cell_in = d_cell_out

@@ -597,10 +597,14 @@ def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype):
     direction at a time), replayed from CUDA graphs: five calls with the graphs on, each the bits
     of the call with them off (output, h_n, c_n, every gradient); the forward's and the
     backward's loops each captured (over the calls' own tensors, or, with the results kept
-    alive, over copies)."""
+    alive, over copies). In float32 the captures run the reverse direction's products on a side
+    stream."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     assert pyroundlib.layer._products_apart(torch.empty(0, device="cuda", dtype=dtype)) == (dtype == torch.float32)
+    beside, sides = pyroundlib.layer._beside, []
+    monkeypatch.setattr(pyroundlib.layer, "_beside",
+                        lambda *a: sides.append((torch.cuda.is_current_stream_capturing(), beside(*a))) or sides[-1][1])
     pyroundlib.graphs.clear()
     torch.manual_seed(0)
     layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device="cuda", dtype=dtype)
@@ -628,6 +632,10 @@ def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype):
     assert {pyroundlib.layer._both_forward_loop, pyroundlib.layer._both_backward_loop} <= loops, loops
     if keep:
         assert any(isinstance(g, pyroundlib.graphs._OverCopies) for g in pyroundlib.graphs._graphs.values())
+    assert any(capturing for capturing, _ in sides), sides
+    for capturing, side in sides:  # a side stream exactly where a float32 loop is captured
+        assert (side is not None) == (capturing and dtype == torch.float32), sides
+        assert side is None or side.cuda_stream != torch.cuda.current_stream().cuda_stream
     pyroundlib.graphs.clear()
 
 
