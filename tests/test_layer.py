@@ -592,25 +592,27 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("keep", [False, True], ids=["own-tensors", "over-copies"])
-def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype):
+@pytest.mark.parametrize("device", ["cuda:0", pytest.param("cuda:1", marks=requires_two_gpus)])
+def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype, device):
     """A padded layer's lockstep loops in bfloat16, and in float32 without TF32 (its products a
     direction at a time), replayed from CUDA graphs: five calls with the graphs on, each the bits
     of the call with them off (output, h_n, c_n, every gradient); the forward's and the
     backward's loops each captured (over the calls' own tensors, or, with the results kept
     alive, over copies). In float32 the captures run the reverse direction's products on a side
-    stream."""
+    stream of the layer's device. On cuda:1, cuda:0 is current throughout."""
+    torch.cuda.set_device(0)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    assert pyroundlib.layer._products_apart(torch.empty(0, device="cuda", dtype=dtype)) == (dtype == torch.float32)
+    assert pyroundlib.layer._products_apart(torch.empty(0, device=device, dtype=dtype)) == (dtype == torch.float32)
     beside, sides = pyroundlib.layer._beside, []
     monkeypatch.setattr(pyroundlib.layer, "_beside",
                         lambda *a: sides.append((torch.cuda.is_current_stream_capturing(), beside(*a))) or sides[-1][1])
     pyroundlib.graphs.clear()
     torch.manual_seed(0)
-    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device="cuda", dtype=dtype)
-    x = torch.randn(7, 6, I, device="cuda", dtype=dtype, requires_grad=True)
-    state = [torch.randn(4, 6, S, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2)]
-    weights = [torch.randn(7, 6, 2 * S, device="cuda")] + [torch.randn(4, 6, S, device="cuda") for _ in range(2)]
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
+    x = torch.randn(7, 6, I, device=device, dtype=dtype, requires_grad=True)
+    state = [torch.randn(4, 6, S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
+    weights = [torch.randn(7, 6, 2 * S, device=device)] + [torch.randn(4, 6, S, device=device) for _ in range(2)]
     inputs = [x, *layer.parameters(), *state]
 
     def call():
@@ -635,7 +637,9 @@ def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype):
     assert any(capturing for capturing, _ in sides), sides
     for capturing, side in sides:  # a side stream exactly where a float32 loop is captured
         assert (side is not None) == (capturing and dtype == torch.float32), sides
-        assert side is None or side.cuda_stream != torch.cuda.current_stream().cuda_stream
+        assert side is None or (side.device == torch.device(device)
+                                and side.cuda_stream != torch.cuda.current_stream(device).cuda_stream)
+    assert torch.cuda.current_device() == 0
     pyroundlib.graphs.clear()
 
 
