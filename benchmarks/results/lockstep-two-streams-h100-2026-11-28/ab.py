@@ -1,46 +1,16 @@
-"""A/B in alternating fresh processes of two pyroundlib trees (same library): the lockstep backward's split product.
-python abn.py main ROUNDS NAME=TREE...  |  python abn.py worker"""
-import json, os, statistics, subprocess, sys
+"""A/B of several pyroundlib trees (same library) in alternating fresh processes, the first the
+baseline: a 2-layer bidirectional float32 layer, padded, TF32 off. The worker is the one of
+../lockstep-float32-replay-h100-2026-11-27/ab.py at other sizes.
+python ab.py main ROUNDS NAME=TREE ...   |   python ab.py worker"""
+import importlib.util, json, os, statistics, subprocess, sys
+from pathlib import Path
 
-LAYER = [(200, 64, 128, 768), (100, 64, 256, 1024), (100, 256, 512, 1024)]
-
-def worker():
-    import torch, pyroundlib
-    torch.backends.cuda.matmul.allow_tf32 = False; torch.backends.cudnn.allow_tf32 = False
-    out = {}
-    from torch.profiler import profile, ProfilerActivity
-    def kernels(f):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            f(); f(); torch.cuda.synchronize()
-        return sum(e.self_device_time_total for e in prof.key_averages()
-                   if e.device_type == torch.autograd.DeviceType.CUDA) / 2 / 1e3
-    def timeit(f, calls=2, reps=3):
-        for _ in range(8): f()
-        ts = []
-        for _ in range(reps):
-            torch.cuda.synchronize(); a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(calls): f()
-            b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b) / calls)
-        return statistics.median(ts)
-    for T, B, I, S in LAYER:
-        kw = dict(device="cuda", dtype=torch.float32)
-        torch.manual_seed(0)
-        layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, **kw)
-        x = torch.randn(T, B, I, **kw, requires_grad=True)
-        params = [x, *layer.parameters()]
-        def train():
-            o, (h, c) = layer(x)
-            return torch.autograd.grad(o.sum() + h.sum() + c.sum(), params)
-        def infer():
-            with torch.inference_mode():
-                return layer(x)
-        out[f"layer {T},{B},{I},{S} f32 padded fwd+bwd"] = timeit(train)
-        out[f"layer {T},{B},{I},{S} f32 padded fwd+bwd, kernel time"] = kernels(train)
-        out[f"layer {T},{B},{I},{S} f32 padded inference"] = timeit(infer)
-    out["memory reserved, MiB"] = torch.cuda.memory_reserved() / 2**20
-    out["max memory allocated, MiB"] = torch.cuda.max_memory_allocated() / 2**20
-    print("JSON" + json.dumps(out))
+_spec = importlib.util.spec_from_file_location(
+    "earlier_ab", Path(__file__).resolve().parent.parent / "lockstep-float32-replay-h100-2026-11-27" / "ab.py")
+earlier = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(earlier)
+earlier.LAYER = [(200, 64, 128, 768), (100, 64, 256, 1024), (100, 256, 512, 1024)]
+worker = earlier.worker
 
 def main(rounds, names_trees):
     trees = dict(nt.split("=", 1) for nt in names_trees)
