@@ -77,18 +77,7 @@ def buffers(t: torch.Tensor):
     return _use_mem_pool(pool, index)
 
 
-_streams: dict = {}  # (device index, role) -> a stream of that device of its own (side_stream)
-
-
-def side_stream(device: torch.device, role: str = "capture") -> "torch.cuda.Stream":
-    """A stream of ``device`` kept for ``role``, made on first use: "capture", the stream
-    captures run on; "branch", the one a loop being captured forks work onto, so that the
-    graph holds it as a parallel branch (``layer._beside``)."""
-    key = (device.index, role)
-    stream = _streams.get(key)
-    if stream is None:
-        stream = _streams[key] = torch.cuda.Stream(device)
-    return stream
+_capture_streams: dict = {}  # device index -> the side stream captures on that device run on
 
 
 def _capture(loop, tensors, device: torch.device) -> "torch.cuda.CUDAGraph":
@@ -97,7 +86,9 @@ def _capture(loop, tensors, device: torch.device) -> "torch.cuda.CUDAGraph":
     was current at the process's first capture, and a capture for another device on it would
     record nothing (torch warns "The CUDA Graph is empty") while the loop ran uncaptured.
     thread_local: other threads may run CUDA work meanwhile.  The caller holds ``_lock``."""
-    stream = side_stream(device)
+    stream = _capture_streams.get(device.index)
+    if stream is None:
+        stream = _capture_streams[device.index] = torch.cuda.Stream(device)
     graph = torch.cuda.CUDAGraph()
     # Not torch.cuda.graph(): its entry synchronises and empties the allocator's cache, which
     # hands the free blocks of the calls' pool (buffers) back to the driver, so that the next

@@ -250,6 +250,9 @@ def _products_apart(x: Tensor) -> bool:
     return x.is_cuda and x.dtype == torch.float32 and not sequence._tensor_core_products(x)
 
 
+_side_streams: dict = {}  # device index -> the stream a captured lockstep loop runs the reverse direction's products on
+
+
 def _beside(x: Tensor, apart: bool):
     """Where a lockstep loop with its products apart is being captured into a CUDA graph: the
     side stream of x's device, on which the reverse direction's product of a step runs beside
@@ -258,7 +261,11 @@ def _beside(x: Tensor, apart: bool):
     the current stream: the same products, the same bits)."""
     if not (apart and torch.cuda.is_current_stream_capturing()):
         return None
-    return graphs.side_stream(x.device, "branch")
+    index = x.get_device()
+    side = _side_streams.get(index)
+    if side is None:
+        side = _side_streams[index] = torch.cuda.Stream(x.device)
+    return side
 
 
 def _side_by_side(side, first, second) -> None:
