@@ -502,6 +502,144 @@ class _Packed:
         return (self.reverse(output) if reverse else output), h_n, c_n
 
 
+def _stack_forward(x, h0, c0, layout, *params):
+    """LLTMStackFunction's forward as it runs from Python: -> (output, h_n, c_n, *saved)."""
+    saved, h_n, c_n, directions = [], [], [], layout.directions
+    for k in range(len(params) // (2 * directions)):
+        if k:
+            saved.append(x)
+        if layout.lockstep(x, h0.shape[-1]):  # a layer's two directions as one step loop
+            i = 2 * k
+            x, h, c, *buffers = layout.both_forward(x, (params[2 * i:2 * i + 2], params[2 * i + 2:2 * i + 4]),
+                                                    h0[i:i + 2], c0[i:i + 2])
+            saved += buffers * 2  # three buffers a direction, as the other routes save: both directions' in each
+            h_n += h.unbind(0)
+            c_n += c.unbind(0)
+            continue
+        outputs = []
+        for d in range(directions):
+            i = k * directions + d
+            output, h, c, cells, gates = layout.forward(layout.reverse(x) if d else x, params[2 * i],
+                                                        params[2 * i + 1], h0[i], c0[i])
+            saved += [output, cells, gates]
+            outputs.append(layout.reverse(output) if d else output)
+            h_n.append(h)
+            c_n.append(c)
+        # one direction: a copy, so that no tensor is both a result and a saved buffer
+        x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0].clone()
+    return (x, torch.stack(h_n), torch.stack(c_n), *saved)
+
+
+def _stack_backward(grad_output, grad_h_n, grad_c_n, x, h0, c0, layout, params, saved):
+    """LLTMStackFunction's backward as it runs from Python, no graph of the gradient:
+    -> (d_x, [d_weights, d_bias of each layer and direction], d_h0, d_c0)."""
+    directions = layout.directions
+    layers, state = len(params) // (2 * directions), h0.shape[-1]
+    grads, d_h0, d_c0 = [None] * len(params), [None] * len(h0), [None] * len(c0)
+    per_layer = 3 * directions + 1  # each layer's saved buffers: its input (past the first), then 3 a direction
+    for k in range(layers - 1, -1, -1):
+        first = k * per_layer - (1 if k else 0)
+        layer_input = saved[first] if k else x
+        if grad_output is None:
+            grad_output = layer_input.new_zeros(*layer_input.shape[:-1], directions * state)
+        if directions == 2 and layout.routes.get(layer_input.shape[-1]) is LOCKSTEP:
+            i = 2 * k
+            outputs, cells, gates = saved[first + (1 if k else 0):][:3]
+            grad_output, grads[2 * i:2 * i + 4], (d_h0[i], d_h0[i + 1]), (d_c0[i], d_c0[i + 1]) = \
+                layout.both_backward(grad_output, None if grad_h_n is None else grad_h_n[i:i + 2],
+                                     None if grad_c_n is None else grad_c_n[i:i + 2], layer_input,
+                                     (params[2 * i:2 * i + 2], params[2 * i + 2:2 * i + 4]),
+                                     h0[i:i + 2], c0[i:i + 2], outputs, cells, gates)
+            continue
+        d_input = None
+        for d in range(directions):
+            i = k * directions + d
+            output, cells, gates = saved[first + (1 if k else 0) + 3 * d:][:3]
+            grad = grad_output[..., d * state:(d + 1) * state]  # copied: h_n's gradient is added in place
+            grad = layout.reverse(grad) if d else grad.clone(memory_format=torch.contiguous_format)
+            if grad_h_n is not None:
+                layout.add_to_last(grad, grad_h_n[i])
+            d_x, grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = layout.backward(
+                grad, None if grad_c_n is None else grad_c_n[i].contiguous(),
+                layout.reverse(layer_input) if d else layer_input, params[2 * i], h0[i], c0[i], output, cells,
+                gates)
+            d_x = layout.reverse(d_x) if d else d_x
+            d_input = d_x if d_input is None else d_input + d_x
+        grad_output = d_input
+    return grad_output, grads, torch.stack(d_h0), torch.stack(d_c0)
+
+
+# A padded bidirectional stack on the fused kernels is bound by host time: from Python its
+# forward+backward launches ~30 ops a layer (the flips of the reverse direction, the gradients'
+# slices, the kernels' calls), each costing more than its GPU work.  Where graphs are on, each
+# of its forward and backward runs as a loop of graphs.run, over tensors the call allocates in
+# graphs.buffers: the same call again (a training loop's) replays one CUDA graph.
+_STACK = None  # the _Padded layout the replayed loops run (fused: no route is ever recorded in it)
+_stack_loops: dict = {}  # (forward?, layers, which gradients are given) -> the loop (one object each: graphs' key)
+
+
+def _replays_stack(layout, x: Tensor, state: int) -> bool:
+    """Whether a stack's forward and backward run as replayed loops (above): a padded batch on
+    CUDA whose layers take the fused kernels (not in lockstep), graphs on, no capture under way."""
+    return type(layout) is _Padded and x.is_cuda and not layout.inference and graphs.enabled() \
+        and not torch.cuda.is_current_stream_capturing() and not layout.lockstep(x, state)
+
+
+def _stack_loop(forward: bool, layers: int, given: tuple = ()):
+    key = (forward, layers, given)
+    loop = _stack_loops.get(key)
+    if loop is None:
+        loop = _stack_loops[key] = functools.partial(_forward_loop if forward else _backward_loop, layers, given)
+    return loop
+
+
+def _forward_loop(layers: int, given: tuple, x, h0, c0, *rest) -> None:
+    """_stack_forward's results written into rest[4L:] (output, h_n, c_n, the saved buffers)."""
+    global _STACK
+    _STACK = _STACK or _Padded(2)
+    for out, result in zip(rest[4 * layers:], _stack_forward(x, h0, c0, _STACK, *rest[:4 * layers])):
+        out.copy_(result)
+
+
+def _replayed_forward(x, h0, c0, params):
+    steps, batch, _ = x.shape
+    state, layers = h0.shape[-1], len(params) // 4
+    with graphs.buffers(x):
+        shapes = [(steps, batch, 2 * state), (2 * layers, batch, state), (2 * layers, batch, state)]
+        for k in range(layers):
+            shapes += ([(steps, batch, 2 * state)] if k else []) + [(steps, batch, state), (steps, batch, state),
+                                                                   (steps, batch, 3 * state)] * 2
+        results = [x.new_empty(shape) for shape in shapes]
+    graphs.run(_stack_loop(True, layers), (x, h0, c0, *params, *results), inputs=3 + len(params), copies_pay=False)
+    return tuple(results)
+
+
+def _backward_loop(layers: int, given: tuple, *tensors) -> None:
+    """_stack_backward's results written into the last 3 + 4L tensors (d_x, the parameters'
+    gradients, d_h0, d_c0); ``given``: which of grad_output, grad_h_n, grad_c_n lead the tensors."""
+    global _STACK
+    _STACK = _STACK or _Padded(2)
+    rest = list(tensors)
+    grad_output, grad_h_n, grad_c_n = (rest.pop(0) if g else None for g in given)
+    x, h0, c0, *rest = rest
+    params, saved, outs = rest[:4 * layers], rest[4 * layers:11 * layers - 1], rest[11 * layers - 1:]
+    d_x, grads, d_h0, d_c0 = _stack_backward(grad_output, grad_h_n, grad_c_n, x, h0, c0, _STACK, params, saved)
+    for out, result in zip(outs, (d_x, *grads, d_h0, d_c0)):
+        out.copy_(result)
+
+
+def _replayed_backward(grad_output, grad_h_n, grad_c_n, x, h0, c0, params, saved):
+    given = tuple(g is not None for g in (grad_output, grad_h_n, grad_c_n))
+    with graphs.buffers(x):
+        # contiguous (the graph's key holds addresses and shapes, not strides): a sum's gradient
+        # is an expanded scalar
+        grads_in = [g.contiguous() for g in (grad_output, grad_h_n, grad_c_n) if g is not None]
+        outs = [torch.empty_like(t) for t in (x, *params, h0, c0)]
+    graphs.run(_stack_loop(False, len(params) // 4, given), (*grads_in, x, h0, c0, *params, *saved, *outs),
+               inputs=len(grads_in) + 3 + len(params) + len(saved), copies_pay=False)
+    return outs[0], outs[1:-2], outs[-2], outs[-1]
+
+
 class LLTMStackFunction(torch.autograd.Function):
     """A stack's training as one autograd node: a bidirectional padded batch where the fused
     CUDA kernels (on the CPU: the library loop) take every layer or every layer runs its
@@ -522,30 +660,9 @@ class LLTMStackFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x, h0, c0, layout, *params):
-        saved, h_n, c_n, directions = [], [], [], layout.directions
-        for k in range(len(params) // (2 * directions)):
-            if k:
-                saved.append(x)
-            if layout.lockstep(x, h0.shape[-1]):  # a layer's two directions as one step loop
-                i = 2 * k
-                x, h, c, *buffers = layout.both_forward(x, (params[2 * i:2 * i + 2], params[2 * i + 2:2 * i + 4]),
-                                                        h0[i:i + 2], c0[i:i + 2])
-                saved += buffers * 2  # three buffers a direction, as the other routes save: both directions' in each
-                h_n += h.unbind(0)
-                c_n += c.unbind(0)
-                continue
-            outputs = []
-            for d in range(directions):
-                i = k * directions + d
-                output, h, c, cells, gates = layout.forward(layout.reverse(x) if d else x, params[2 * i],
-                                                            params[2 * i + 1], h0[i], c0[i])
-                saved += [output, cells, gates]
-                outputs.append(layout.reverse(output) if d else output)
-                h_n.append(h)
-                c_n.append(c)
-            # one direction: a copy, so that no tensor is both a result and a saved buffer
-            x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0].clone()
-        return (x, torch.stack(h_n), torch.stack(c_n), *saved)
+        if _replays_stack(layout, x, h0.shape[-1]):
+            return _replayed_forward(x, h0, c0, params)
+        return _stack_forward(x, h0, c0, layout, *params)
 
     @staticmethod
     def setup_context(ctx, inputs, outputs) -> None:
@@ -570,40 +687,13 @@ class LLTMStackFunction(torch.autograd.Function):
                                  for r, g in zip(results, (grad_output, grad_h_n, grad_c_n))))
             got = [g if need else None for g, need in zip(got, needs)]
             return (*got[:3], None, *got[3:])
-        layers, state = len(params) // (2 * directions), h0.shape[-1]
-        grads, d_h0, d_c0 = [None] * len(params), [None] * len(h0), [None] * len(c0)
-        per_layer = 3 * directions + 1  # each layer's saved buffers: its input (past the first), then 3 a direction
-        for k in range(layers - 1, -1, -1):
-            first = k * per_layer - (1 if k else 0)
-            layer_input = saved[first] if k else x
-            if grad_output is None:
-                grad_output = layer_input.new_zeros(*layer_input.shape[:-1], directions * state)
-            if directions == 2 and layout.routes.get(layer_input.shape[-1]) is LOCKSTEP:
-                i = 2 * k
-                outputs, cells, gates = saved[first + (1 if k else 0):][:3]
-                grad_output, grads[2 * i:2 * i + 4], (d_h0[i], d_h0[i + 1]), (d_c0[i], d_c0[i + 1]) = \
-                    layout.both_backward(grad_output, None if grad_h_n is None else grad_h_n[i:i + 2],
-                                         None if grad_c_n is None else grad_c_n[i:i + 2], layer_input,
-                                         (params[2 * i:2 * i + 2], params[2 * i + 2:2 * i + 4]),
-                                         h0[i:i + 2], c0[i:i + 2], outputs, cells, gates)
-                continue
-            d_input = None
-            for d in range(directions):
-                i = k * directions + d
-                output, cells, gates = saved[first + (1 if k else 0) + 3 * d:][:3]
-                grad = grad_output[..., d * state:(d + 1) * state]  # copied: h_n's gradient is added in place
-                grad = layout.reverse(grad) if d else grad.clone(memory_format=torch.contiguous_format)
-                if grad_h_n is not None:
-                    layout.add_to_last(grad, grad_h_n[i])
-                d_x, grads[2 * i], grads[2 * i + 1], d_h0[i], d_c0[i] = layout.backward(
-                    grad, None if grad_c_n is None else grad_c_n[i].contiguous(),
-                    layout.reverse(layer_input) if d else layer_input, params[2 * i], h0[i], c0[i], output, cells,
-                    gates)
-                d_x = layout.reverse(d_x) if d else d_x
-                d_input = d_x if d_input is None else d_input + d_x
-            grad_output = d_input
-        return (grad_output if needs[0] else None, torch.stack(d_h0) if needs[1] else None,
-                torch.stack(d_c0) if needs[2] else None, None,
+        if _replays_stack(layout, x, h0.shape[-1]) and not layout.routes:
+            grad_output, grads, d_h0, d_c0 = _replayed_backward(grad_output, grad_h_n, grad_c_n, x, h0, c0, params,
+                                                                saved)
+        else:
+            grad_output, grads, d_h0, d_c0 = _stack_backward(grad_output, grad_h_n, grad_c_n, x, h0, c0, layout,
+                                                             params, saved)
+        return (grad_output if needs[0] else None, d_h0 if needs[1] else None, d_c0 if needs[2] else None, None,
                 *(g if need else None for g, need in zip(grads, needs[3:])))
 
     @staticmethod

@@ -644,6 +644,62 @@ def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype, device):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("loss", ["weighted", "output-sum"])
+@pytest.mark.parametrize("keep", [False, True], ids=["own-tensors", "kept"])
+@pytest.mark.parametrize("device", ["cuda:0", pytest.param("cuda:1", marks=requires_two_gpus)])
+def test_fused_stack_replayed_from_graphs(monkeypatch, dtype, loss, keep, device):
+    """A padded 2-layer bidirectional layer on the fused kernels, its forward and backward each
+    replayed from one CUDA graph: five calls with graphs on, each the bits of the call with them
+    off (output, h_n, c_n, every gradient), for a loss of every result (each gradient given) and
+    for output.sum() alone (an expanded gradient; none for h_n, c_n).  Repeated calls replay
+    graphs over their own tensors; with the results kept alive the addresses move and the loops
+    run from Python, never over copies.  On cuda:1, cuda:0 is current throughout."""
+    torch.cuda.set_device(0)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    pyroundlib.graphs.clear()
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
+    x = torch.randn(7, 6, I, device=device, dtype=dtype, requires_grad=True)
+    state = [torch.randn(4, 6, S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
+    weights = [torch.randn(7, 6, 2 * S, device=device)] + [torch.randn(4, 6, S, device=device) for _ in range(2)]
+    inputs = [x, *layer.parameters(), *state]
+    assert not pyroundlib.layer._Padded(2).lockstep(x, S) and pyroundlib.layer._Padded(2).takes(x, S, 2)
+
+    def call():
+        results = flat(layer(x, state))
+        total = results[0].float().sum() if loss == "output-sum" else \
+            sum((t.float() * w).sum() for t, w in zip(results, weights))
+        grads = torch.autograd.grad(total, inputs)
+        return [t.detach() for t in (*results, *grads)]
+    monkeypatch.setenv(pyroundlib.graphs.ENV_VAR, "0")
+    want = [t.clone() for t in call()]
+    assert not pyroundlib.graphs._graphs
+    monkeypatch.setenv(pyroundlib.graphs.ENV_VAR, "1")
+    kept = []
+    for i in range(5):
+        got = call()
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), i
+        assert all(not t.isnan().any() for t in got)
+        if keep:
+            kept.append(got)
+        del got
+    if dtype == torch.float64:  # and the route's results are the reference's
+        output, (h_n, c_n) = reference(layer, x, state)
+        for got, expected in zip(want, (output, h_n, c_n)):
+            torch.testing.assert_close(got, expected.detach())
+    given = (True, False, False) if loss == "output-sum" else (True, True, True)
+    loops = {key[0] for key in pyroundlib.graphs._graphs}
+    if keep:
+        assert not loops & {pyroundlib.layer._stack_loop(True, 2), pyroundlib.layer._stack_loop(False, 2, given)}
+    else:
+        assert {pyroundlib.layer._stack_loop(True, 2), pyroundlib.layer._stack_loop(False, 2, given)} <= loops, loops
+    assert all(isinstance(g, torch.cuda.CUDAGraph) for g in pyroundlib.graphs._graphs.values())
+    assert torch.cuda.current_device() == 0
+    pyroundlib.graphs.clear()
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_lockstep_rule(monkeypatch, dtype):
     """Where a layer's two directions run in lockstep on CUDA (the step loop's route): a padded
