@@ -20,7 +20,9 @@ benchmarks/NOTES.md).  On the CPU the op runs a padded batch, each direction the
 loop's call (0.85-0.88x the layer-by-layer time at that size).  In
 training the stack is one autograd node (``LLTMStackFunction``) over the calls a node per
 direction would make: a bidirectional padded stack on that route (on the CPU, the library
-loop's), 0.72-0.80x the time forward+backward on an H100, and a pack on any device, 0.85-0.99x.
+loop's), 0.72-0.80x the time forward+backward on an H100, and a pack on any device, 0.85-0.99x;
+on CUDA such a padded stack replays its forward and its backward each from one CUDA graph
+where graphs are on (``_replays_stack``: 0.62x the time again at (8, 32, 8, 64) in float32).
 Where a bidirectional layer's directions would each run the step loop on CUDA (the kernels do
 not fit), they run as one step loop in lockstep, a padded batch's replayed from CUDA graphs
 (``_Padded.both_forward``) and a pack's from Python (``_packed.both_forward``).
@@ -578,11 +580,13 @@ _STACK = None  # the _Padded layout the replayed loops run (fused: no route is e
 _stack_loops: dict = {}  # (forward?, layers, which gradients are given) -> the loop (one object each: graphs' key)
 
 
-def _replays_stack(layout, x: Tensor, state: int) -> bool:
+def _replays_stack(layout, x: Tensor, h0: Tensor, c0: Tensor, params) -> bool:
     """Whether a stack's forward and backward run as replayed loops (above): a padded batch on
-    CUDA whose layers take the fused kernels (not in lockstep), graphs on, no capture under way."""
+    CUDA whose layers take the fused kernels (not in lockstep), graphs on, no capture under way,
+    its tensors contiguous (a graph's key holds addresses and shapes, not strides)."""
     return type(layout) is _Padded and x.is_cuda and not layout.inference and graphs.enabled() \
-        and not torch.cuda.is_current_stream_capturing() and not layout.lockstep(x, state)
+        and not torch.cuda.is_current_stream_capturing() and not layout.lockstep(x, h0.shape[-1]) \
+        and all(t.is_contiguous() for t in (x, h0, c0, *params))
 
 
 def _stack_loop(forward: bool, layers: int, given: tuple = ()):
@@ -660,7 +664,7 @@ class LLTMStackFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x, h0, c0, layout, *params):
-        if _replays_stack(layout, x, h0.shape[-1]):
+        if _replays_stack(layout, x, h0, c0, params):
             return _replayed_forward(x, h0, c0, params)
         return _stack_forward(x, h0, c0, layout, *params)
 
@@ -687,7 +691,7 @@ class LLTMStackFunction(torch.autograd.Function):
                                  for r, g in zip(results, (grad_output, grad_h_n, grad_c_n))))
             got = [g if need else None for g, need in zip(got, needs)]
             return (*got[:3], None, *got[3:])
-        if _replays_stack(layout, x, h0.shape[-1]) and not layout.routes:
+        if _replays_stack(layout, x, h0, c0, params) and not layout.routes:
             grad_output, grads, d_h0, d_c0 = _replayed_backward(grad_output, grad_h_n, grad_c_n, x, h0, c0, params,
                                                                 saved)
         else:

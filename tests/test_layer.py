@@ -1158,6 +1158,29 @@ def stack_case(device, directions=2, layers=2, dtype=torch.float64):
     return x, h0, c0, params
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layers", [1, 3])
+@pytest.mark.parametrize("given", [(True, True, True), (True, False, False), (False, True, True)])
+def test_replayed_stack_loops_write_the_stacks_results(device, layers, given):
+    """The loops a padded fused stack replays (_forward_loop, _backward_loop), run as they are
+    (graphs.run's first sighting, and the CPU): every tensor they write holds what the stack's
+    forward and backward return, for every layer count and pattern of gradients given."""
+    x, h0, c0, params = stack_case(device, 2, layers)
+    x, h0, c0, *params = (t.detach() for t in (x, h0, c0, *params))
+    layer = pyroundlib.layer
+    want = layer._stack_forward(x, h0, c0, layer._Padded(2), *params)
+    written = [torch.full_like(t, float("nan")) for t in want]
+    layer._stack_loop(True, layers)(x, h0, c0, *params, *written)
+    assert all(torch.equal(w, g) for w, g in zip(want, written))
+    saved = list(want[3:])
+    grads = [torch.randn_like(t) if g else None for t, g in zip(want[:3], given)]
+    d_x, d_params, d_h0, d_c0 = layer._stack_backward(*grads, x, h0, c0, layer._Padded(2), params, saved)
+    outs = [torch.full_like(t, float("nan")) for t in (x, *params, h0, c0)]
+    layer._stack_loop(False, layers, given)(*(g for g in grads if g is not None), x, h0, c0, *params, *saved, *outs)
+    assert all(torch.equal(w, g) for w, g in zip((d_x, *d_params, d_h0, d_c0), outs))
+    assert not layer._replays_stack(layer._Padded(2), x, h0, c0, params) or x.is_cuda
+
+
 @pytest.mark.parametrize("directions,layers", [(2, 2), (2, 1), (1, 3)])
 def test_stack_function_against_the_layer_by_layer_path(directions, layers):
     """The padded stack on the CPU (the library loop's calls): the same bits as a node per
