@@ -589,6 +589,18 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
             torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
 
 
+def replay_case(device, dtype):
+    """A 2-layer bidirectional layer, its input (7, 6, I) and state, weights for a loss of every
+    result, and the tensors to differentiate; the graphs cleared first."""
+    pyroundlib.graphs.clear()
+    torch.manual_seed(0)
+    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
+    x = torch.randn(7, 6, I, device=device, dtype=dtype, requires_grad=True)
+    state = [torch.randn(4, 6, S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
+    weights = [torch.randn(7, 6, 2 * S, device=device)] + [torch.randn(4, 6, S, device=device) for _ in range(2)]
+    return layer, x, state, weights, [x, *layer.parameters(), *state]
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("keep", [False, True], ids=["own-tensors", "over-copies"])
@@ -607,13 +619,7 @@ def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype, device):
     beside, sides = pyroundlib.layer._beside, []
     monkeypatch.setattr(pyroundlib.layer, "_beside",
                         lambda *a: sides.append((torch.cuda.is_current_stream_capturing(), beside(*a))) or sides[-1][1])
-    pyroundlib.graphs.clear()
-    torch.manual_seed(0)
-    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
-    x = torch.randn(7, 6, I, device=device, dtype=dtype, requires_grad=True)
-    state = [torch.randn(4, 6, S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
-    weights = [torch.randn(7, 6, 2 * S, device=device)] + [torch.randn(4, 6, S, device=device) for _ in range(2)]
-    inputs = [x, *layer.parameters(), *state]
+    layer, x, state, weights, inputs = replay_case(device, dtype)
 
     def call():
         results = flat(layer(x, state))
@@ -657,13 +663,7 @@ def test_fused_stack_replayed_from_graphs(monkeypatch, dtype, loss, keep, device
     run from Python, never over copies.  On cuda:1, cuda:0 is current throughout."""
     torch.cuda.set_device(0)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    pyroundlib.graphs.clear()
-    torch.manual_seed(0)
-    layer = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, device=device, dtype=dtype)
-    x = torch.randn(7, 6, I, device=device, dtype=dtype, requires_grad=True)
-    state = [torch.randn(4, 6, S, device=device, dtype=dtype, requires_grad=True) for _ in range(2)]
-    weights = [torch.randn(7, 6, 2 * S, device=device)] + [torch.randn(4, 6, S, device=device) for _ in range(2)]
-    inputs = [x, *layer.parameters(), *state]
+    layer, x, state, weights, inputs = replay_case(device, dtype)
     assert not pyroundlib.layer._Padded(2).lockstep(x, S) and pyroundlib.layer._Padded(2).takes(x, S, 2)
 
     def call():
