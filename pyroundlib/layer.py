@@ -576,7 +576,7 @@ def _stack_backward(grad_output, grad_h_n, grad_c_n, x, h0, c0, layout, params, 
 # slices, the kernels' calls), each costing more than its GPU work.  Where graphs are on, each
 # of its forward and backward runs as a loop of graphs.run, over tensors the call allocates in
 # graphs.buffers: the same call again (a training loop's) replays one CUDA graph.
-_STACK = None  # the _Padded layout the replayed loops run (fused: no route is ever recorded in it)
+_STACK = _Padded(2)  # the layout the replayed loops run (fused: no route is ever recorded in it)
 _stack_loops: dict = {}  # (forward?, layers, which gradients are given) -> the loop (one object each: graphs' key)
 
 
@@ -599,8 +599,6 @@ def _stack_loop(forward: bool, layers: int, given: tuple = ()):
 
 def _forward_loop(layers: int, given: tuple, x, h0, c0, *rest) -> None:
     """_stack_forward's results written into rest[4L:] (output, h_n, c_n, the saved buffers)."""
-    global _STACK
-    _STACK = _STACK or _Padded(2)
     for out, result in zip(rest[4 * layers:], _stack_forward(x, h0, c0, _STACK, *rest[:4 * layers])):
         out.copy_(result)
 
@@ -621,8 +619,6 @@ def _replayed_forward(x, h0, c0, params):
 def _backward_loop(layers: int, given: tuple, *tensors) -> None:
     """_stack_backward's results written into the last 3 + 4L tensors (d_x, the parameters'
     gradients, d_h0, d_c0); ``given``: which of grad_output, grad_h_n, grad_c_n lead the tensors."""
-    global _STACK
-    _STACK = _STACK or _Padded(2)
     rest = list(tensors)
     grad_output, grad_h_n, grad_c_n = (rest.pop(0) if g else None for g in given)
     x, h0, c0, *rest = rest
