@@ -18,9 +18,10 @@ template <typename T> PRL_CPU_CLONES void round_cpu(const T *x, T *y, int64_t n)
 // x86-64-v3 and up (AVX2, F16C): ROUNDPS / ROUNDPD, which round half to even in one
 // instruction, as torch's own loops do.  The portable loop's branch-free rint (add and
 // subtract 2^23, put the sign back, keep |x| >= 2^23) takes ~6 vector instructions for
-// one, and its 16-bit loads and stores more: 1.25-1.8x torch.round's time in cache
-// (benchmarks/NOTES.md).  Same bits, but that a signalling NaN comes back quiet (a NaN
-// stays a NaN).  Two vectors an iteration, the rest by the portable loop.
+// one, its 16-bit loads and stores more: alone it took 1.25-1.8x torch.round's time on
+// arrays in cache (benchmarks/NOTES.md).  Same bits, but that a signalling NaN comes back
+// quiet (a NaN stays a NaN).  Two vectors an iteration; the last few elements, the
+// portable loop.
 constexpr int kRoundMode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 __attribute__((target("avx2"))) void round_float_avx2(const float *x, float *y, int64_t n) {
@@ -46,7 +47,8 @@ __attribute__((target("avx2"))) void round_double_avx2(const double *x, double *
 // bfloat16: a float's top half, so widened by a shift, and a rounded value (an integer,
 // an infinity or a quiet NaN) narrowed exactly by the shift back.
 __attribute__((target("avx2"))) __m256i round_bfloat16_8(const prl::bfloat16_t *x) {
-    const __m256i wide = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x))), 16);
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i *>(x));
+    const __m256i wide = _mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16);
     const __m256 r = _mm256_round_ps(_mm256_castsi256_ps(wide), kRoundMode);
     return _mm256_srli_epi32(_mm256_castps_si256(r), 16);
 }
@@ -67,7 +69,8 @@ __attribute__((target("avx2,f16c"))) void round_half_f16c(const prl::half_t *x, 
     for (; i + 16 <= n; i += 16) {
         const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + i)));
         const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + i + 8)));
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), _mm256_cvtps_ph(_mm256_round_ps(a, kRoundMode), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i),
+                         _mm256_cvtps_ph(_mm256_round_ps(a, kRoundMode), _MM_FROUND_TO_NEAREST_INT));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i + 8),
                          _mm256_cvtps_ph(_mm256_round_ps(b, kRoundMode), _MM_FROUND_TO_NEAREST_INT));
     }
