@@ -56,6 +56,30 @@ int64_t tile_rows() {
 #endif
 }
 
+// Every multiply-add of the products rounds the same way in every register tile, so that a
+// row computes the same whichever tile shape the thread split gives it: fused (one FMA, one
+// rounding) where the x86-64-v3 or v4 loops run, else a multiply then an add.  Left to the
+// compiler, GCC fused the multiply-adds of some tile shapes and not of others (AVX2: the
+// float64 forward at (T, B, S) = (4, 10, 128) differed in the last bit between one thread and
+// four), so this file is built with -ffp-contract=off and the fused loops ask for FMAs.
+bool fused_products() {
+#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
+    static const bool yes = __builtin_cpu_supports("x86-64-v3");
+    return yes;
+#else
+    return false;
+#endif
+}
+
+template <bool Fused> PRL_HD float madd(float x, float w, float acc) {
+    if constexpr (Fused) return __builtin_fmaf(x, w, acc);
+    return acc + x * w;
+}
+template <bool Fused> PRL_HD double madd(double x, double w, double acc) {
+    if constexpr (Fused) return __builtin_fma(x, w, acc);
+    return acc + x * w;
+}
+
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 
@@ -66,7 +90,7 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // contiguous, swept by every row tile while it is in L1 (panels outer, rows inner) and read
 // front to back.  The fixed-size inner loops keep the tile in registers; GCC vectorises the
 // column loop.  Each element is one sum over i in order, whichever tile and range it is in.
-template <typename A, int R, int CP = 1>
+template <typename A, int R, int CP, bool Fused>
 PRL_CPU_CLONES void product_tiles(const A *__restrict a, int64_t k, const A *__restrict w, A *__restrict c,
                                   int64_t ldc, int64_t r_begin, int64_t r_end, int64_t c_begin, int64_t c_end) {
     constexpr int64_t NC = kCols<A>;
@@ -79,13 +103,23 @@ PRL_CPU_CLONES void product_tiles(const A *__restrict a, int64_t k, const A *__r
                     const A *__restrict w_row = panel + p * NC * k + i * NC;
                     for (int r = 0; r < R; ++r) {
                         const A x = a[(r0 + r) * k + i];
-                        for (int64_t q = 0; q < NC; ++q) acc[r][p * NC + q] += x * w_row[q];
+                        for (int64_t q = 0; q < NC; ++q)
+                            acc[r][p * NC + q] = madd<Fused>(x, w_row[q], acc[r][p * NC + q]);
                     }
                 }
             for (int r = 0; r < R; ++r)
                 for (int64_t q = 0; q < CP * NC; ++q) c[(r0 + r) * ldc + c0 + q] = acc[r][q];
         }
     }
+}
+
+template <typename A, int R, int CP = 1>
+void tiles(const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t r_begin, int64_t r_end, int64_t c_begin,
+           int64_t c_end) {
+#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
+    if (fused_products()) return product_tiles<A, R, CP, true>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
+#endif
+    product_tiles<A, R, CP, false>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
 }
 
 // c = a @ w over the rows [r_begin, r_end) and the columns [c_begin, c_end): whole tiles of
@@ -104,12 +138,12 @@ void narrow_tiles(const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t 
     const int64_t wide = (tile_rows() == 6 ? 4 : 2) / R;
     const int64_t whole = c_begin + (c_end - c_begin) / (wide * NC) * (wide * NC);
     if (wide == 4)
-        product_tiles<A, R, 4>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+        tiles<A, R, 4>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
     else if (wide == 2)
-        product_tiles<A, R, 2>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+        tiles<A, R, 2>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
     else
-        product_tiles<A, R, 1>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
-    product_tiles<A, R>(a, k, w, c, ldc, r_begin, r_end, whole, c_end);
+        tiles<A, R, 1>(a, k, w, c, ldc, r_begin, r_end, c_begin, whole);
+    tiles<A, R>(a, k, w, c, ldc, r_begin, r_end, whole, c_end);
 }
 
 template <typename A>
@@ -117,18 +151,18 @@ void product(int64_t rows_per_tile, const A *a, int64_t k, const A *w, A *c, int
              int64_t r_end, int64_t c_begin, int64_t c_end) {
     const int64_t whole = r_begin + (r_end - r_begin) / rows_per_tile * rows_per_tile;
     if (rows_per_tile == 6)
-        product_tiles<A, 6>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
+        tiles<A, 6>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
     else if (rows_per_tile == 3)
-        product_tiles<A, 3>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
+        tiles<A, 3>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
     else
         narrow_tiles<A, 1>(a, k, w, c, ldc, r_begin, whole, c_begin, c_end);
     switch (r_end - whole) {  // the rows left over: fewer than rows_per_tile
         case 0: break;
         case 1: narrow_tiles<A, 1>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
         case 2: narrow_tiles<A, 2>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
-        case 3: product_tiles<A, 3>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
-        case 4: product_tiles<A, 4>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
-        default: product_tiles<A, 5>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+        case 3: tiles<A, 3>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+        case 4: tiles<A, 4>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
+        default: tiles<A, 5>(a, k, w, c, ldc, whole, r_end, c_begin, c_end); break;
     }
 }
 
