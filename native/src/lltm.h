@@ -14,27 +14,25 @@
 namespace prl {
 
 // T: the storage type (the activations' precision follows it: scalar.h); the arithmetic is
-// acc_t<T>.  Fused: the host's float polynomials in FMAs (scalar.h, host::horner).
-template <typename T, typename A = acc_t<T>, bool Fused = false>
+// acc_t<T>.
+template <typename T, typename A = acc_t<T>>
 PRL_HD void lltm_forward_math(A g_in, A g_out, A g_cand, A old_cell, A &new_h, A &new_cell) {
-    const A input_gate = sigmoid<T, Fused>(g_in), output_gate = sigmoid<T, Fused>(g_out),
-            candidate = elu<Fused>(g_cand);
+    const A input_gate = sigmoid<T>(g_in), output_gate = sigmoid<T>(g_out), candidate = elu(g_cand);
     new_cell = old_cell + candidate * input_gate;
-    new_h = tanh_<Fused>(new_cell) * output_gate;
+    new_h = tanh_(new_cell) * output_gate;
 }
 
 // grad_h, grad_cell: incoming gradients of new_h and new_cell.
-template <typename T, typename A = acc_t<T>, bool Fused = false>
+template <typename T, typename A = acc_t<T>>
 PRL_HD void lltm_backward_math(A grad_h, A grad_cell, A g_in, A g_out, A g_cand, A old_cell,
                                A &d_in, A &d_out, A &d_cand, A &d_old_cell) {
-    const A input_gate = sigmoid<T, Fused>(g_in), output_gate = sigmoid<T, Fused>(g_out),
-            candidate = elu<Fused>(g_cand);
-    const A tanh_cell = tanh_<Fused>(old_cell + candidate * input_gate);
+    const A input_gate = sigmoid<T>(g_in), output_gate = sigmoid<T>(g_out), candidate = elu(g_cand);
+    const A tanh_cell = tanh_(old_cell + candidate * input_gate);
     const A d_cell = grad_h * output_gate * (A(1) - tanh_cell * tanh_cell) + grad_cell;
     d_old_cell = d_cell;
     d_in = d_cell * candidate * input_gate * (A(1) - input_gate);
     d_out = grad_h * tanh_cell * output_gate * (A(1) - output_gate);
-    d_cand = d_cell * input_gate * d_elu<T, Fused>(g_cand);
+    d_cand = d_cell * input_gate * d_elu<T>(g_cand);
 }
 
 // V consecutive columns col..col+V-1 of row `row` of the cell (row < batch,

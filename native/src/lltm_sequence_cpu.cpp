@@ -39,14 +39,6 @@
 #include "cpu_threads.h"
 #include "lltm.h"
 
-// Whether the loops below ask the CPU which instructions it has: x86 builds whose loops are
-// built for several instruction sets (PRL_CPU_MULTIVERSION: common.h).
-#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
-#define PRL_X86_CPU_QUERIES 1
-#else
-#define PRL_X86_CPU_QUERIES 0
-#endif
-
 namespace {
 
 // The register tile: R rows x kCols columns of accumulators (kCols: 32 floats, 16 doubles).
@@ -56,7 +48,7 @@ namespace {
 template <typename A> constexpr int64_t kCols = 128 / (int64_t)sizeof(A);
 
 int64_t tile_rows() {
-#if PRL_X86_CPU_QUERIES
+#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
     static const int64_t rows = __builtin_cpu_supports("avx512f") ? 6 : 3;
     return rows;
 #else
@@ -69,10 +61,9 @@ int64_t tile_rows() {
 // rounding) where the x86-64-v3 or v4 loops run, else a multiply then an add.  Left to the
 // compiler, GCC fused the multiply-adds of some tile shapes and not of others (AVX2: the
 // float64 forward at (T, B, S) = (4, 10, 128) differed in the last bit between one thread and
-// four), so this file is built with -ffp-contract=off and the fused loops ask for FMAs: the
-// products' (madd) and the cells' polynomials (lltm.h's Fused; scalar.h's host::horner).
+// four), so this file is built with -ffp-contract=off and the fused loops ask for FMAs.
 bool fused_products() {
-#if PRL_X86_CPU_QUERIES
+#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
     static const bool yes = __builtin_cpu_supports("x86-64-v3");
     return yes;
 #else
@@ -125,7 +116,7 @@ PRL_CPU_CLONES void product_tiles(const A *__restrict a, int64_t k, const A *__r
 template <typename A, int R, int CP = 1>
 void tiles(const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t r_begin, int64_t r_end, int64_t c_begin,
            int64_t c_end) {
-#if PRL_X86_CPU_QUERIES
+#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
     if (fused_products()) return product_tiles<A, R, CP, true>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
 #endif
     product_tiles<A, R, CP, false>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
@@ -266,10 +257,10 @@ template <typename T, typename A> void to_arithmetic(const T *src, int64_t count
 
 // One forward step's cells: gates_t holds the input half on entry, the pre-activations on
 // return; rec [batch, ld] the recurrent product.  No branch in the column loop: GCC vectorises it.
-template <typename T, typename A, bool Fused>
-PRL_CPU_CLONES void forward_cells_as(int64_t batch, int64_t state, T *__restrict gates_t, const A *__restrict rec,
-                                     int64_t ld, const T *__restrict old_cell, T *__restrict new_h,
-                                     T *__restrict new_cell) {
+template <typename T, typename A>
+PRL_CPU_CLONES void forward_cells(int64_t batch, int64_t state, T *__restrict gates_t, const A *__restrict rec,
+                                  int64_t ld, const T *__restrict old_cell, T *__restrict new_h,
+                                  T *__restrict new_cell) {
     for (int64_t b = 0; b < batch; ++b) {
         T *__restrict gi = gates_t + b * 3 * state, *__restrict go = gi + state, *__restrict gc = go + state;
         const A *__restrict ri = rec + b * ld, *__restrict ro = ri + state, *__restrict rc = ro + state;
@@ -281,7 +272,7 @@ PRL_CPU_CLONES void forward_cells_as(int64_t batch, int64_t state, T *__restrict
             go[j] = so;
             gc[j] = sc;
             A h, c;
-            prl::lltm_forward_math<T, A, Fused>(prl::load(si), prl::load(so), prl::load(sc), prl::load(old_cell[b * state + j]),
+            prl::lltm_forward_math<T>(prl::load(si), prl::load(so), prl::load(sc), prl::load(old_cell[b * state + j]),
                                       h, c);
             new_h[b * state + j] = prl::store<T>(h);
             new_cell[b * state + j] = prl::store<T>(c);
@@ -292,10 +283,10 @@ PRL_CPU_CLONES void forward_cells_as(int64_t batch, int64_t state, T *__restrict
 // One backward step's cells: the gradient reaching h_t (grad_output[t] plus rec, the
 // product of step t + 1's d_gates with W_h: zeros for the last step); the gradient of
 // new_cell is carried in d_cell, updated in place (the value its dtype stores).
-template <typename T, typename A, bool Fused>
-PRL_CPU_CLONES void backward_cells_as(int64_t batch, int64_t state, const T *__restrict grad_out_t,
-                                      const A *__restrict rec, int64_t ld, const T *__restrict gates_t,
-                                      const T *__restrict old_cell, A *__restrict d_cell, T *__restrict d_gates_t) {
+template <typename T, typename A>
+PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__restrict grad_out_t,
+                                   const A *__restrict rec, int64_t ld, const T *__restrict gates_t,
+                                   const T *__restrict old_cell, A *__restrict d_cell, T *__restrict d_gates_t) {
     for (int64_t b = 0; b < batch; ++b) {
         const T *__restrict gi = gates_t + b * 3 * state, *__restrict go = gi + state, *__restrict gc = go + state;
         T *__restrict di = d_gates_t + b * 3 * state, *__restrict d_o = di + state, *__restrict dc = d_o + state;
@@ -304,7 +295,7 @@ PRL_CPU_CLONES void backward_cells_as(int64_t batch, int64_t state, const T *__r
         for (int64_t j = 0; j < state; ++j) {
             const A grad_h = prl::load(prl::store<T>(prl::load(grad_out_t[b * state + j]) + r[j]));
             A d_i, d_out, d_cand, d_c;
-            prl::lltm_backward_math<T, A, Fused>(grad_h, carried[j], prl::load(gi[j]), prl::load(go[j]), prl::load(gc[j]),
+            prl::lltm_backward_math<T>(grad_h, carried[j], prl::load(gi[j]), prl::load(go[j]), prl::load(gc[j]),
                                        prl::load(old_cell[b * state + j]), d_i, d_out, d_cand, d_c);
             di[j] = prl::store<T>(d_i);
             d_o[j] = prl::store<T>(d_out);
@@ -312,27 +303,6 @@ PRL_CPU_CLONES void backward_cells_as(int64_t batch, int64_t state, const T *__r
             carried[j] = prl::load(prl::store<T>(d_c));
         }
     }
-}
-
-// The cells with their polynomials in FMAs where the products have them (fused_products).
-template <typename T, typename A>
-void forward_cells(int64_t batch, int64_t state, T *gates_t, const A *rec, int64_t ld, const T *old_cell, T *new_h,
-                   T *new_cell) {
-#if PRL_X86_CPU_QUERIES
-    if (fused_products())
-        return forward_cells_as<T, A, true>(batch, state, gates_t, rec, ld, old_cell, new_h, new_cell);
-#endif
-    forward_cells_as<T, A, false>(batch, state, gates_t, rec, ld, old_cell, new_h, new_cell);
-}
-
-template <typename T, typename A>
-void backward_cells(int64_t batch, int64_t state, const T *grad_out_t, const A *rec, int64_t ld, const T *gates_t,
-                    const T *old_cell, A *d_cell, T *d_gates_t) {
-#if PRL_X86_CPU_QUERIES
-    if (fused_products())
-        return backward_cells_as<T, A, true>(batch, state, grad_out_t, rec, ld, gates_t, old_cell, d_cell, d_gates_t);
-#endif
-    backward_cells_as<T, A, false>(batch, state, grad_out_t, rec, ld, gates_t, old_cell, d_cell, d_gates_t);
 }
 
 // How a call's work is split among threads.  Waking the threads costs microseconds (about

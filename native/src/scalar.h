@@ -162,81 +162,69 @@ PRL_HD double rint(double x) {
     const double r = copysign((a + 4503599627370496.0) - 4503599627370496.0, x);
     return a < 4503599627370496.0 ? r : x;
 }
-// p * x + c, the step of a polynomial's Horner sum: one FMA (one rounding) where Fused, else
-// a multiply and an add (which the compiler may still fuse, as the file's -ffp-contract lets
-// it).  Fused is for loops that run only where the CPU has FMAs and that must round alike
-// however they are compiled (lltm_sequence_cpu.cpp's fused_products).
-template <bool Fused> PRL_HD float horner(float p, float x, float c) {
-    if constexpr (Fused) {
-        return __builtin_fmaf(p, x, c);
-    } else {
-        return p * x + c;
-    }
-}
 // e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to r^7 (relative
 // error < 1e-8), 2^n built in the exponent bits.  x is clamped to [-87.33, 88.72], so
 // the result saturates at ~1.2e-38 and ~3.4e38 instead of reaching 0 and inf: where
 // the LLTM uses it (sigmoid, tanh, the ELU and its derivative) that changes nothing
 // representable.  Written as two-way selects only, so that GCC vectorises the loops.
-template <bool Fused = false> PRL_HD float exp(float x) {
+PRL_HD float exp(float x) {
     float c = x < -87.33f ? -87.33f : x;
     c = c > 88.72f ? 88.72f : c;
-    const float n = horner<Fused>(c, 1.44269504f, 12582912.0f) - 12582912.0f;  // round to nearest integer
-    const float r = horner<Fused>(-n, 1.42860677e-6f, horner<Fused>(-n, 0.693145752f, c));  // ln2 in two parts
+    const float n = (c * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
+    const float r = (c - n * 0.693145752f) - n * 1.42860677e-6f;      // ln2 split in two for exactness
     float p = 1.0f / 5040.0f;
-    p = horner<Fused>(p, r, 1.0f / 720.0f);
-    p = horner<Fused>(p, r, 1.0f / 120.0f);
-    p = horner<Fused>(p, r, 1.0f / 24.0f);
-    p = horner<Fused>(p, r, 1.0f / 6.0f);
-    p = horner<Fused>(p, r, 0.5f);
-    p = horner<Fused>(p, r, 1.0f);
-    p = horner<Fused>(p, r, 1.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
     const float e = p * bits_float((uint32_t)((int32_t)n + 127) << 23);
     return x != x ? x : e;  // NaN stays NaN
 }
 // e^x - 1, accurate near 0 (Taylor to x^8 for |x| < 0.5).
-template <bool Fused = false> PRL_HD float expm1(float x) {
+PRL_HD float expm1(float x) {
     float p = 1.0f / 40320.0f;
-    p = horner<Fused>(p, x, 1.0f / 5040.0f);
-    p = horner<Fused>(p, x, 1.0f / 720.0f);
-    p = horner<Fused>(p, x, 1.0f / 120.0f);
-    p = horner<Fused>(p, x, 1.0f / 24.0f);
-    p = horner<Fused>(p, x, 1.0f / 6.0f);
-    p = horner<Fused>(p, x, 0.5f);
-    const float small = horner<Fused>(p * x, x, x);
-    return fabsf(x) < 0.5f ? small : exp<Fused>(x) - 1.0f;
+    p = p * x + 1.0f / 5040.0f;
+    p = p * x + 1.0f / 720.0f;
+    p = p * x + 1.0f / 120.0f;
+    p = p * x + 1.0f / 24.0f;
+    p = p * x + 1.0f / 6.0f;
+    p = p * x + 0.5f;
+    const float small = (p * x) * x + x;
+    return fabsf(x) < 0.5f ? small : exp(x) - 1.0f;
 }
 // tanh: odd Taylor series to x^9 for |x| < 0.25, else 1 - 2 / (e^{2|x|} + 1) with the sign.
-template <bool Fused = false> PRL_HD float tanh(float x) {
+PRL_HD float tanh(float x) {
     const float a = fabsf(x), x2 = x * x;
     float p = 62.0f / 2835.0f;
-    p = horner<Fused>(p, x2, -17.0f / 315.0f);
-    p = horner<Fused>(p, x2, 2.0f / 15.0f);
-    p = horner<Fused>(p, x2, -1.0f / 3.0f);
-    const float small = horner<Fused>(p * x2, x, x);
-    const float large = copysignf(1.0f - 2.0f / (exp<Fused>(2.0f * a) + 1.0f), x);
+    p = p * x2 - 17.0f / 315.0f;
+    p = p * x2 + 2.0f / 15.0f;
+    p = p * x2 - 1.0f / 3.0f;
+    const float small = (p * x2) * x + x;
+    const float large = copysignf(1.0f - 2.0f / (exp(2.0f * a) + 1.0f), x);
     return a < 0.25f ? small : large;
 }
 }  // namespace host
 #endif
 
-// Fused: the host's float polynomials in FMAs (host::horner); the rest ignore it.
 #if defined(__CUDA_ARCH__)
 PRL_HD float rint_(float x) { return rintf(x); }
 PRL_HD double rint_(double x) { return rint(x); }
-template <bool Fused = false> PRL_HD float exp_(float x) { return expf(x); }
-template <bool Fused = false> PRL_HD float expm1_(float x) { return expm1f(x); }
-template <bool Fused = false> PRL_HD float tanh_(float x) { return tanhf(x); }
+PRL_HD float exp_(float x) { return expf(x); }
+PRL_HD float expm1_(float x) { return expm1f(x); }
+PRL_HD float tanh_(float x) { return tanhf(x); }
 #else
 PRL_HD float rint_(float x) { return host::rint(x); }
 PRL_HD double rint_(double x) { return host::rint(x); }
-template <bool Fused = false> PRL_HD float exp_(float x) { return host::exp<Fused>(x); }
-template <bool Fused = false> PRL_HD float expm1_(float x) { return host::expm1<Fused>(x); }
-template <bool Fused = false> PRL_HD float tanh_(float x) { return host::tanh<Fused>(x); }
+PRL_HD float exp_(float x) { return host::exp(x); }
+PRL_HD float expm1_(float x) { return host::expm1(x); }
+PRL_HD float tanh_(float x) { return host::tanh(x); }
 #endif
-template <bool Fused = false> PRL_HD double exp_(double x) { return exp(x); }
-template <bool Fused = false> PRL_HD double expm1_(double x) { return expm1(x); }
-template <bool Fused = false> PRL_HD double tanh_(double x) { return tanh(x); }
+PRL_HD double exp_(double x) { return exp(x); }
+PRL_HD double expm1_(double x) { return expm1(x); }
+PRL_HD double tanh_(double x) { return tanh(x); }
 
 // e^x where a cell stored as T is computed (in acc_t<T>).  Stored in 16 bits, the device
 // uses the hardware's approximate e^x (__expf, ex2.approx: a few float ulps, ~1e-6
@@ -249,18 +237,18 @@ template <typename T> struct stored_in_16_bits { static constexpr bool value = f
 template <> struct stored_in_16_bits<half_t> { static constexpr bool value = true; };
 template <> struct stored_in_16_bits<bfloat16_t> { static constexpr bool value = true; };
 
-template <typename T, bool Fused = false> PRL_HD acc_t<T> cell_exp(acc_t<T> x) {
+template <typename T> PRL_HD acc_t<T> cell_exp(acc_t<T> x) {
 #if defined(__CUDA_ARCH__)
     if constexpr (stored_in_16_bits<T>::value) {
         return __expf(x);
     } else
 #endif
     {
-        return exp_<Fused>(x);
+        return exp_(x);
     }
 }
 
-template <typename T, bool Fused = false> PRL_HD acc_t<T> sigmoid(acc_t<T> x) {
+template <typename T> PRL_HD acc_t<T> sigmoid(acc_t<T> x) {
     using A = acc_t<T>;
 #if defined(__CUDA_ARCH__)
     if constexpr (stored_in_16_bits<T>::value) {
@@ -268,14 +256,12 @@ template <typename T, bool Fused = false> PRL_HD acc_t<T> sigmoid(acc_t<T> x) {
     } else
 #endif
     {
-        return A(1) / (A(1) + exp_<Fused>(-x));
+        return A(1) / (A(1) + exp_(-x));
     }
 }
-template <bool Fused = false, typename A> PRL_HD A elu(A x) {  // alpha = 1; accurate near 0
-    return x > A(0) ? x : expm1_<Fused>(x);
-}
-template <typename T, bool Fused = false> PRL_HD acc_t<T> d_elu(acc_t<T> x) {  // d elu / dx
-    return x > acc_t<T>(0) ? acc_t<T>(1) : cell_exp<T, Fused>(x);
+template <typename A> PRL_HD A elu(A x) { return x > A(0) ? x : expm1_(x); }  // alpha = 1; accurate near 0
+template <typename T> PRL_HD acc_t<T> d_elu(acc_t<T> x) {                      // d elu / dx
+    return x > acc_t<T>(0) ? acc_t<T>(1) : cell_exp<T>(x);
 }
 
 }  // namespace prl
