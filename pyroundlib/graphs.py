@@ -14,7 +14,10 @@ so such a loop can be captured into a ``torch.cuda.CUDAGraph`` and replayed:
 - The same shapes with other tensors, for a loop long enough that copies pay: after the
   shape has been run twice as it is, the loop is captured over private copies, and a
   replay copies the inputs in and the outputs out (the copies cost host time and
-  memory: one more set of the call's tensors per such graph).
+  memory: one more set of the call's tensors per such graph).  A call replayed over copies
+  that then repeats is captured over its own tensors as above: a training loop whose
+  first iterations' tensors took other addresses (the optimiser's state allocated in the
+  first step, say) runs without copies once its addresses settle.
 - Otherwise the loop runs as it is (the first sighting also warms cuBLAS up for a
   capture); so does every call on the CPU, while another capture is under way (the loop
   is then captured into that one: CUDA graphs, ``torch.compile(mode="reduce-overhead")``),
@@ -167,6 +170,7 @@ def _run_on_device(loop, tensors, inputs: int, copies_pay: bool) -> None:
         if over_copies is not None:
             _graphs.move_to_end(shape)
             over_copies(tensors)
+            _see(call)  # should this call repeat, it is captured over its own tensors: no copies
             return
         loop(*tensors)
         _see(call)

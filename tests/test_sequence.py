@@ -717,6 +717,34 @@ def test_graph_made_under_inference_mode_serves_training(monkeypatch, dtype):
             assert torch.equal(g, w)
 
 
+def _doubled(x, y):  # a loop for graphs.run: reads x, writes y
+    torch.mul(x, 2, out=y)
+
+
+@requires_cuda
+def test_a_call_replayed_over_copies_that_repeats_gets_its_own_graph(monkeypatch):
+    """Once a call's shape is replayed over copies, a call that then repeats its tensors (a
+    training loop whose addresses settle after its first iterations) is captured over its
+    own tensors and replayed without copies; the results stay the loop's."""
+    monkeypatch.setenv(graphs.ENV_VAR, "1")
+    graphs.clear()
+    x = torch.randn(1000, device="cuda")
+    outputs = [torch.full_like(x, float("nan")) for _ in range(1 + graphs.SIGHTINGS_BEFORE_COPIES)]
+    for y in outputs:  # new tensors each call: run as they are, then over copies
+        graphs.run(_doubled, (x, y), inputs=1, copies_pay=True)
+    assert any(isinstance(g, graphs._OverCopies) for g in graphs._graphs.values()), graphs._graphs
+    assert all(torch.equal(y, x * 2) for y in outputs)  # every element written, plain and over copies
+    settled = outputs[-1]
+    for call in range(3):  # the last call's tensors again
+        x.normal_()
+        settled.fill_(float("nan"))
+        graphs.run(_doubled, (x, settled), inputs=1, copies_pay=True)
+        assert torch.equal(settled, x * 2), call
+    own = [key for key, g in graphs._graphs.items() if isinstance(g, torch.cuda.CUDAGraph)]
+    assert len(own) == 1 and own[0][-2:] == (x.data_ptr(), settled.data_ptr()), graphs._graphs
+    graphs.clear()
+
+
 @requires_cuda
 def test_graphs_follow_the_matmul_precision(monkeypatch):
     """A graph captured with TF32 off is not replayed for a call with TF32 on."""
