@@ -39,6 +39,14 @@
 #include "cpu_threads.h"
 #include "lltm.h"
 
+// Whether the loops below ask the CPU which instructions it has: x86 builds whose loops are
+// built for several instruction sets (PRL_CPU_MULTIVERSION: common.h).
+#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
+#define PRL_X86_CPU_QUERIES 1
+#else
+#define PRL_X86_CPU_QUERIES 0
+#endif
+
 namespace {
 
 // The register tile: R rows x kCols columns of accumulators (kCols: 32 floats, 16 doubles).
@@ -48,7 +56,7 @@ namespace {
 template <typename A> constexpr int64_t kCols = 128 / (int64_t)sizeof(A);
 
 int64_t tile_rows() {
-#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
+#if PRL_X86_CPU_QUERIES
     static const int64_t rows = __builtin_cpu_supports("avx512f") ? 6 : 3;
     return rows;
 #else
@@ -63,7 +71,7 @@ int64_t tile_rows() {
 // float64 forward at (T, B, S) = (4, 10, 128) differed in the last bit between one thread and
 // four), so this file is built with -ffp-contract=off and the fused loops ask for FMAs.
 bool fused_products() {
-#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
+#if PRL_X86_CPU_QUERIES
     static const bool yes = __builtin_cpu_supports("x86-64-v3");
     return yes;
 #else
@@ -81,8 +89,6 @@ template <bool Fused> PRL_HD double madd(double x, double w, double acc) {
 }
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-
 
 // c[r][j] = sum_i a[r][i] w[i][j] for the rows [r_begin, r_end) (multiples of R) and the
 // columns [c_begin, c_end) (multiples of kCols); a has k columns, c row stride ldc.  w is
@@ -116,7 +122,7 @@ PRL_CPU_CLONES void product_tiles(const A *__restrict a, int64_t k, const A *__r
 template <typename A, int R, int CP = 1>
 void tiles(const A *a, int64_t k, const A *w, A *c, int64_t ldc, int64_t r_begin, int64_t r_end, int64_t c_begin,
            int64_t c_end) {
-#if defined(PRL_CPU_MULTIVERSION) && (defined(__x86_64__) || defined(__i386__))
+#if PRL_X86_CPU_QUERIES
     if (fused_products()) return product_tiles<A, R, CP, true>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
 #endif
     product_tiles<A, R, CP, false>(a, k, w, c, ldc, r_begin, r_end, c_begin, c_end);
