@@ -167,6 +167,7 @@ def test_sequence_follows_torch_threads(monkeypatch):
 def test_one_thread_without_an_openmp_runtime(monkeypatch):
     """Where no OpenMP runtime is found, the loop stays on the calling thread whatever
     torch's thread count, and the library is given no runner."""
+    _threads.follow_torch()  # the BLAS looked for (its first need), whichever tests ran before
     lib, before, kept = _ffi.library(), torch.get_num_threads(), dict(_threads._given)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     monkeypatch.setattr(_threads, "openmp_parallel", lambda: None)
