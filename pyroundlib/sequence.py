@@ -100,8 +100,14 @@ _TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
 # INPUT_HALF_BY_TORCH_FROM on: there one torch GEMM on cuBLAS's tensor cores first takes
 # 0.49-0.86x the time of the whole forward at (T, B, I, S) = (50, 64, 512, 512), (500, 32, 512,
 # 512), (1000, 64, 256, 256), (300, 64, 128, 128) (inference; H100, 2026-11-26, in one run),
-# and below it the GEMM's host time shows ((50, 1, 64, 64): 1.35x).
+# and below it the GEMM's host time shows ((50, 1, 64, 64): 1.35x).  Float32 from
+# INPUT_HALF_BY_TORCH_FROM_FLOAT32 on: cuBLAS's float32 GEMM (TF32 as torch's settings say)
+# took a third of the library product's time at (50, 64, 256, 512), so a 2-layer bidirectional
+# LLTMLayer's inference there 0.80x its time, lltm_sequence's at (1000, 64, 256, 256) 0.86x
+# (H200, 2026-11-28, in one run); below 2^28 the rows moved 0.96-1.03 (benchmarks/NOTES.md).
+# Float64 keeps the library's product (1.01 at (300, 16, 32, 32)).
 INPUT_HALF_BY_TORCH_FROM = 1 << 20
+INPUT_HALF_BY_TORCH_FROM_FLOAT32 = 1 << 28
 # On the CPU an input half of fewer multiply-adds than this is the library's product on the
 # calling thread, not a torch GEMM (input_half): twice the work the library gives one thread
 # of a split (kMinPartWork, native/src/lltm_sequence_cpu.cpp), so a BLAS would not split it
@@ -269,10 +275,12 @@ def _forward_loop(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: 
 
 def _forward_one_call(input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor):
     """_forward_op's results from one library call for the recurrence; on CUDA its input half
-    too (the persistent route), on the CPU and in 16 bits on CUDA from INPUT_HALF_BY_TORCH_FROM
-    on after one torch GEMM for it."""
-    if input.is_cuda and (input.dtype not in _TENSOR_CORE_DTYPES
-                          or input.numel() * h0.shape[1] < INPUT_HALF_BY_TORCH_FROM):
+    too (the persistent route), on the CPU, and on CUDA from INPUT_HALF_BY_TORCH_FROM (16 bits)
+    or INPUT_HALF_BY_TORCH_FROM_FLOAT32 on, after one torch GEMM for it."""
+    work = input.numel() * h0.shape[1]
+    by_torch = work >= INPUT_HALF_BY_TORCH_FROM if input.dtype in _TENSOR_CORE_DTYPES else \
+        input.dtype == torch.float32 and work >= INPUT_HALF_BY_TORCH_FROM_FLOAT32
+    if input.is_cuda and not by_torch:
         return _forward_whole(_persistent_forward_kernel, input, weights, bias, h0, c0)
     steps, batch, features = input.shape
     state = h0.shape[1]

@@ -1146,6 +1146,31 @@ def test_cpu_input_half(monkeypatch, dtype):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_cuda_input_half_by_torch(monkeypatch, dtype):
+    """The persistent route's input half: the library's own product below its dtype's threshold,
+    one torch GEMM before the library call from there on (float32 and 16 bits; float64 never).
+    Thresholds lowered to 0, so a small sequence takes the GEMM: outputs and gradients against
+    the float64 reference either way, and the GEMM's route is the one taken."""
+    monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    args = seq_args(19, 3, 8, 32, dtype, "cuda")
+    assert sequence._route(args[0], 19, 3, 8, 32) == sequence.ONE_CALL
+    calls = []
+    for name in ("_persistent_forward_kernel", "_sequence_forward_kernel"):
+        kernel = getattr(sequence, name)
+        monkeypatch.setattr(sequence, name, lambda t, *a, name=name, kernel=kernel: (calls.append(name), kernel(t, *a)))
+    for lowered in (False, True):
+        if lowered:
+            monkeypatch.setattr(sequence, "INPUT_HALF_BY_TORCH_FROM", 0)
+            monkeypatch.setattr(sequence, "INPUT_HALF_BY_TORCH_FROM_FLOAT32", 0)
+        calls.clear()
+        check_against_reference(args, TOLERANCES[dtype])
+        by_torch = lowered and dtype != torch.float64
+        assert calls == ["_sequence_forward_kernel" if by_torch else "_persistent_forward_kernel"], calls
+
+
+@requires_cuda
 def test_persistent_kernels_do_not_fit_large_states(monkeypatch):
     """Where the weights do not fit on chip the route is the step-by-step one, and the C
     entry point refuses to launch rather than run a grid that cannot be co-resident."""
