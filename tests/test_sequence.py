@@ -629,8 +629,8 @@ print("OK")
 # captures over the call's own tensors or, with the results kept alive, later ones capture over
 # copies; the rest replay; eight, because a training loop's allocator can hand out two or three
 # sets of addresses in turn before they settle, each captured once it repeats).  Every call
-# must give the bits of the graphs-off call, and that call must match the float64 reference.  ``devices``: where the calls run, in turn, while
-# cuda:0 is current.
+# must give the bits of the graphs-off call, and that call must match the float64 reference.
+# ``devices``: where the calls run, in turn, while cuda:0 is current.
 REPLAY_CODE = """
 import os, sys, torch
 sys.path.insert(0, {tests!r})
