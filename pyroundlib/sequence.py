@@ -104,8 +104,8 @@ _TENSOR_CORE_DTYPES = (torch.float16, torch.bfloat16)
 # INPUT_HALF_BY_TORCH_FROM_FLOAT32 on: cuBLAS's float32 GEMM (TF32 as torch's settings say)
 # took a third of the library product's time at (50, 64, 256, 512), so a 2-layer bidirectional
 # LLTMLayer's inference there 0.80x its time, lltm_sequence's at (1000, 64, 256, 256) 0.86x
-# (H200, 2026-11-28, in one run); below 2^28 the rows moved 0.96-1.03 (benchmarks/NOTES.md).
-# Float64 keeps the library's product (1.01 at (300, 16, 32, 32)).
+# (H200, 2026-11-28, in one run); below 2^28 no row gained beyond the noise, (1000, 16, 64, 64)
+# inference lost 3% (benchmarks/NOTES.md).  Float64 keeps the library's product (no gain).
 INPUT_HALF_BY_TORCH_FROM = 1 << 20
 INPUT_HALF_BY_TORCH_FROM_FLOAT32 = 1 << 28
 # On the CPU an input half of fewer multiply-adds than this is the library's product on the
