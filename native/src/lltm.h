@@ -13,13 +13,23 @@
 
 namespace prl {
 
+// The cell from its gates' activations: lltm_forward_math's second half, apart for a kernel
+// whose threads activate one gate each (the same expressions, so the same bits).
+template <typename A>
+PRL_HD void lltm_cell_of(A input_gate, A output_gate, A candidate, A old_cell, A &new_h, A &new_cell) {
+    new_cell = old_cell + candidate * input_gate;
+    new_h = tanh_(new_cell) * output_gate;
+}
+// Gate `gate` (0: input, 1: output, 2: candidate) activated, as lltm_forward_math does it.
+template <typename T, typename A = acc_t<T>> PRL_HD A lltm_activation(int gate, A g) {
+    return gate == 2 ? elu(g) : sigmoid<T>(g);
+}
+
 // T: the storage type (the activations' precision follows it: scalar.h); the arithmetic is
 // acc_t<T>.
 template <typename T, typename A = acc_t<T>>
 PRL_HD void lltm_forward_math(A g_in, A g_out, A g_cand, A old_cell, A &new_h, A &new_cell) {
-    const A input_gate = sigmoid<T>(g_in), output_gate = sigmoid<T>(g_out), candidate = elu(g_cand);
-    new_cell = old_cell + candidate * input_gate;
-    new_h = tanh_(new_cell) * output_gate;
+    lltm_cell_of<A>(sigmoid<T>(g_in), sigmoid<T>(g_out), elu(g_cand), old_cell, new_h, new_cell);
 }
 
 // grad_h, grad_cell: incoming gradients of new_h and new_cell.

@@ -590,6 +590,98 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
     }
 }
 
+// The forward for state size SC on CUDA cores, a thread a gate row (3 * SC threads): thread g
+// holds row g of W_h (gate g / SC of column g % SC) and forms that gate's pre-activation for each
+// of the block's BT rows (at most kRowsMax) over all SC of the k, then activates it; after the
+// block's barrier the first SC threads combine a column's three activations into its cell and h.
+// lltm_sequence_kernel<SC> splits the k of three gates among two threads and finishes the whole
+// cell in one: a step there was one long dependent chain in the owning warps (benchmarks/NOTES.md).
+// The same sums in the same order as lltm_sequence_kernel<SC> (chunks of KC, two sums each, added
+// chunk by chunk), the same activations and cell: the same bits.  A step's own pre-activation
+// inputs are loaded a step ahead.
+constexpr int kRowsMax = 4;
+
+template <typename T, int SC>
+__global__ void __launch_bounds__(3 * SC) lltm_forward_rows_kernel(SequenceArgs<T> p) {
+    using A = prl::acc_t<T>;
+    constexpr int S = SC, G3 = 3 * SC, KC = kWeights<A, false>, NK = S / KC;
+    static_assert(S % KC == 0 && KC % 8 == 0 && S % 32 == 0, "whole chunks, whole warps");
+    const int B = p.batch, BT = p.bt, tid = threadIdx.x, gate = tid / S;
+    const int b0 = blockIdx.x * BT;
+    extern __shared__ __align__(16) unsigned char shared_raw[];
+    A *staged = reinterpret_cast<A *>(shared_raw);  // [BT][S]: h_{t-1} of the block's rows, as stored
+    A *active = staged + BT * S;                     // [BT][3S]: the step's activations
+
+    A w[S];
+#pragma unroll
+    for (int k = 0; k < S; ++k) w[k] = prl::load(p.w_h[(int64_t)tid * p.ldw + k]);
+    A carried[kRowsMax];  // thread j < S: the cell of (b0 + r, j)
+#pragma unroll
+    for (int r = 0; r < kRowsMax; ++r)
+        carried[r] = tid < S && r < BT && b0 + r < B ? prl::load(p.c0[(int64_t)(b0 + r) * S + tid]) : A(0);
+    for (int i = tid; i < BT * S; i += blockDim.x)
+        staged[i] = b0 + i / S < B ? prl::load(p.h0[(int64_t)b0 * S + i]) : A(0);
+
+    int rows = rows_at(p, 0);
+    int64_t first = 0;  // step t's first row in the step-major buffers
+    T own[kRowsMax];    // gates[t] of this thread's gate row, as stored (x_t W_x^T + b)
+#pragma unroll
+    for (int r = 0; r < kRowsMax; ++r)
+        own[r] = r < BT && b0 + r < rows ? p.gates[(first + b0 + r) * G3 + tid] : T{};
+    __syncthreads();
+    for (int t = 0; t < p.steps; ++t) {
+        const int next_rows = rows_at(p, t + 1);
+        const int64_t next = first + rows;
+        T ahead[kRowsMax];
+#pragma unroll
+        for (int r = 0; r < kRowsMax; ++r)
+            ahead[r] = r < BT && b0 + r < next_rows ? p.gates[(next + b0 + r) * G3 + tid] : T{};
+#pragma unroll
+        for (int r = 0; r < kRowsMax; ++r) {
+            if (r >= BT || b0 + r >= rows) break;  // a packed step's rows are its first ones
+            const A *a = staged + r * S;
+            A acc[NK][2];
+#pragma unroll
+            for (int c = 0; c < NK; ++c) acc[c][0] = acc[c][1] = A(0);
+#pragma unroll
+            for (int c = 0; c < NK; ++c)
+#pragma unroll
+                for (int i = 0; i < KC; i += 4) fma4(acc[c][(i / 4) % 2], &w[c * KC + i], load4(a + c * KC + i));
+            A sum = A(0);
+#pragma unroll
+            for (int c = 0; c < NK; ++c) {
+                const A part = acc[c][0] + acc[c][1];
+                sum += part;
+            }
+            const T stored = prl::store<T>(prl::load(own[r]) + sum);
+            p.gates[(first + b0 + r) * G3 + tid] = stored;  // the pre-activations as stored, as the steps read them
+            active[r * G3 + tid] = prl::lltm_activation<T>(gate, prl::load(stored));
+        }
+        __syncthreads();
+        if (tid < S) {
+#pragma unroll
+            for (int r = 0; r < kRowsMax; ++r) {
+                if (r >= BT || b0 + r >= rows) break;
+                const A *act = active + r * G3 + tid;
+                A h, c_new;
+                prl::lltm_cell_of<A>(act[0], act[S], act[2 * S], carried[r], h, c_new);
+                const T c_stored = prl::store<T>(c_new), h_stored = prl::store<T>(h);
+                const int64_t at = (first + b0 + r) * S + tid;
+                p.output[at] = h_stored;
+                p.cells[at] = c_stored;
+                if (p.c_n && b0 + r >= next_rows) p.c_n[(int64_t)(b0 + r) * S + tid] = c_stored;  // its last step
+                staged[r * S + tid] = prl::load(h_stored);
+                carried[r] = prl::load(c_stored);  // the next step reads the cell as stored
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < kRowsMax; ++r) own[r] = ahead[r];
+        first = next;
+        rows = next_rows;
+    }
+}
+
 // ---- planning: the tile that fits in one co-resident grid ----------------------------------
 
 struct Plan {
@@ -609,6 +701,10 @@ struct Plan {
 // in 16 bits and 0.88-0.95x in float32 (1.03x at B = 64); at S = 128 in 16 bits 0.67-0.73x the
 // forward's, 0.71-0.83x the backward's (B = 1-64).  The same sums in the same order, so the same
 // bits.  PYROUNDLIB_STATE_KERNELS=0 keeps every size on the general kernel (the with-and-without).
+// At S = 64 the forward is lltm_forward_rows_kernel, a thread a gate row: on an H200 (2026-11-28,
+// CUDA events, 7 interleaved rounds in one process) 0.56-0.76x the time of lltm_sequence_kernel<64>
+// in float32 inference at seven (T, B) from (200, 1) to (1000, 64), 0.76-0.89x in bfloat16 at five
+// of them; the same bits.
 constexpr int kStateKernel = 64, kMmaStateKernel = 128;
 bool state_kernels_off() {
     const char *value = std::getenv("PYROUNDLIB_STATE_KERNELS");
@@ -624,8 +720,9 @@ template <typename T, bool Backward> void *kernel_of(bool mma, bool cluster, int
         if (mma && own > 1)
             return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, false, 0, kMmaOwn>);
     if constexpr (!std::is_same<T, double>::value)
-        if (sc == kStateKernel)
-            return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, false, false, kStateKernel>);
+        if (sc == kStateKernel)  // the forward: a thread a gate row
+            return Backward ? reinterpret_cast<void *>(&lltm_sequence_kernel<T, true, false, false, kStateKernel>)
+                            : reinterpret_cast<void *>(&lltm_forward_rows_kernel<T, kStateKernel>);
     if constexpr (prl::stored_in_16_bits<T>::value)
         if (sc == kMmaStateKernel)
             return reinterpret_cast<void *>(&lltm_sequence_kernel<T, Backward, true, false, kMmaStateKernel>);
@@ -700,7 +797,30 @@ cudaError_t make_plan(int64_t batch, int64_t state, int device, TensorCores tens
         if (mma.jt && (tensor_cores == kTensorCoresAlways || by_rule)) shape = mma;
     }
     if (shape.jt == 0) return cudaSuccess;
-    const int sc = state_kernel<T>(shape, state);
+    int sc = state_kernel<T>(shape, state);
+    if (!Backward && sc == kStateKernel) {  // a thread a gate row (3S threads), up to kRowsMax rows a block
+        void *rows = kernel_of<T, Backward>(false, false, sc);
+        err = cudaFuncSetAttribute(rows, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+        if (err != cudaSuccess) return err;
+        const int threads = 3 * (int)state;
+        for (int64_t bt = 1; bt <= kRowsMax; bt *= 2) {
+            const int64_t smem = bt * 4 * state * (int64_t)sizeof(A), blocks = (batch + bt - 1) / bt;
+            int per_sm = 0;
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rows, threads, (size_t)smem);
+            if (err != cudaSuccess) return err;
+            if (smem <= smem_max && blocks <= (int64_t)per_sm * sms) {
+                plan.shape = shape;
+                plan.shape.threads = threads;
+                plan.bt = (int)bt;
+                plan.blocks = (int)blocks;
+                plan.smem = smem;
+                plan.sc = sc;
+                return cudaSuccess;
+            }
+            if (bt >= batch) break;
+        }
+        sc = 0;  // too many rows for its grid: the general kernel
+    }
     void *kernel = kernel_of<T, Backward>(shape.mma, false, sc);
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (err != cudaSuccess) return err;
