@@ -423,17 +423,25 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
         }
     }
     int64_t before = 0;  // the first row of the step the product reads: t - 1 (forward) or t + 1 (backward)
+    // The backward's sizes of steps t + 1, t and t - 1, carried from step to step: one load a
+    // step, of step t - 2's size, used a step later.  Loaded where they were used (t - 1's for
+    // the previous cell's address, after the step's own loads), the wait for that load also
+    // waited for the own loads issued before it (they share a scoreboard): the owners stalled
+    // there each step until their operands arrived (ncu, H200: long-scoreboard stalls at that
+    // instruction were 20% of the S = 64 backward's samples; benchmarks/NOTES.md).
+    int size_after = 0, size_here = rows_at(p, p.steps - 1), size_before = rows_at(p, p.steps - 2);
     for (int s = 0; s < phases; ++s) {
         const int t = Backward ? p.steps - 1 - s : s;  // the step; -1: the backward's d_h0 phase
-        const int rows = t < 0 ? B : rows_at(p, t);
+        const int rows = t < 0 ? B : Backward ? size_here : rows_at(p, t);
+        const int size_further = Backward ? rows_at(p, t - 2) : 0;
         if (Backward) {
             before = first;
-            first -= rows_at(p, t);
+            first -= size_here;
         }
         // the product's left operand, h_{t-1} or d_gates[t + 1], has `src_rows` rows: those of
         // step t (forward), or of step t + 1 (backward; none at the last step); a block with
         // none of them has no product this step
-        const int src_rows = Backward ? rows_at(p, t + 1) : rows;
+        const int src_rows = Backward ? size_after : rows;
         const bool product = (!Backward || s > 0) && b0 < src_rows;
         bool mine[O];  // this thread's pair o is in step t
 #pragma unroll
@@ -455,7 +463,7 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 for (int i = 0; i < 3; ++i) g_own[o][i] = p.gates[at_g + i * S];
                 if (Backward) {
                     extra[o] = p.grad_output[at];
-                    old_own[o] = t == 0 ? p.c0[k_own[o]] : p.cells[(first - rows_at(p, t - 1)) * S + k_own[o]];
+                    old_own[o] = t == 0 ? p.c0[k_own[o]] : p.cells[(first - size_before) * S + k_own[o]];
                 }
             }
         }
@@ -578,7 +586,11 @@ __global__ void __launch_bounds__(kSeqThreads, 1) lltm_sequence_kernel(SequenceA
                 if (t == 0) p.d_c0[k_own[o]] = d_cell_stored;
             }
         }
-        if (!Backward) {
+        if (Backward) {
+            size_after = size_here;
+            size_here = size_before;
+            size_before = size_further;
+        } else {
             before = first;
             first += rows;
         }
