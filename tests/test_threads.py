@@ -309,6 +309,26 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
         assert sorted(set(calls)) == [(2, 0), (3, 0), (5, 0), (8, 0), (16, 0)], calls
 
 
+def test_elementwise_team_is_as_large_as_its_chunks(cpu_threads):
+    """An elementwise kernel asks the runner for one thread a chunk of 32768 elements, as
+    torch's parallel_for sizes its own elementwise ops, and none below two chunks; the
+    sequence loop for all of prl_cpu_threads() (native/src/cpu_threads.h, Team).  The
+    results: torch.round's bits whatever the team."""
+    calls = []
+    runner = python_runner(calls)  # alive while the library has it
+    cpu_threads(16, runner)
+    gen = torch.Generator().manual_seed(0)
+    for numel, team in ((1000, None), (1 << 16, 2), (3 * 32768 + 5, 4), (1 << 20, 16), (5 << 20, 16)):
+        for dtype in (torch.float32, torch.bfloat16):
+            calls.clear()
+            x = (torch.randn(numel, generator=gen, dtype=torch.float64) * 8).to(dtype)
+            assert torch.equal(pyroundlib.round_ste(x), torch.round(x)), (numel, dtype)
+            assert calls == ([] if team is None else [(team, 0)]), (numel, dtype)
+    calls.clear()
+    sequence_results(steps=4, batch=64, state=64)
+    assert calls and set(calls) == {(16, 0)}, calls
+
+
 def test_runner_that_runs_one_thread_leaves_nothing_undone(cpu_threads):
     """num_threads is the most the runner may use: a runner that runs the body once, on
     the calling thread, still gets every part done."""
