@@ -234,6 +234,68 @@ void run_parts(int64_t parts, const std::function<void(int64_t)> &part, Team tea
     for (int64_t i = 0; i < parts; ++i) part(i);
 }
 
+namespace {
+
+// Waits until `completed` reaches `round`: spinning a while (a round of a sequence's step
+// lasts microseconds), then yielding the core, should the threads outnumber the cores.
+void wait_for(const std::atomic<int64_t> &completed, int64_t round) {
+    for (int spins = 0; completed.load(std::memory_order_acquire) < round; ++spins) {
+        if (spins < (1 << 12)) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+#if PRL_HAVE_THREADS
+            std::this_thread::yield();
+#endif
+        }
+    }
+}
+
+}  // namespace
+
+void run_rounds(int64_t rounds, int64_t most, const std::function<int64_t(int64_t)> &parts,
+                const std::function<void(int64_t, int64_t)> &part) {
+    const int64_t members = std::min(most, cpu_threads());
+    if (members <= 1) {
+        for (int64_t r = 0; r < rounds; ++r)
+            for (int64_t p = 0, n = parts(r); p < n; ++p) part(r, p);
+        return;
+    }
+    // completed: the rounds done; done: the parts of the current round done; claimed[p]: the
+    // last round whose part p a thread took (a part is taken by moving it up to the round)
+    std::atomic<int64_t> completed{0}, done{0};
+    std::unique_ptr<std::atomic<int64_t>[]> claimed(new (std::nothrow) std::atomic<int64_t>[(size_t)most]);
+    if (!claimed) {
+        for (int64_t r = 0; r < rounds; ++r)
+            for (int64_t p = 0, n = parts(r); p < n; ++p) part(r, p);
+        return;
+    }
+    for (int64_t p = 0; p < most; ++p) claimed[p].store(-1, std::memory_order_relaxed);
+    run_parts(members, [&](int64_t member) {
+        for (int64_t r = 0; r < rounds; ++r) {
+            wait_for(completed, r);
+            if (completed.load(std::memory_order_acquire) > r) continue;  // done without this thread
+            const int64_t n = parts(r);
+            auto take = [&](int64_t p) {
+                for (int64_t seen = claimed[p].load(std::memory_order_relaxed); seen < r;) {
+                    if (!claimed[p].compare_exchange_weak(seen, r, std::memory_order_relaxed)) continue;
+                    part(r, p);
+                    // the parts' writes reach the last one's thread along done's
+                    // read-modify-writes, and every thread through completed
+                    if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+                        done.store(0, std::memory_order_relaxed);
+                        completed.store(r + 1, std::memory_order_release);
+                    }
+                    return;
+                }
+            };
+            if (member < n) take(member);
+            for (int64_t p = 0; p < n; ++p) take(p);
+        }
+    });
+}
+
 }  // namespace prl
 
 extern "C" PRL_API prl_status prl_set_cpu_threads(int64_t threads) {
