@@ -1,7 +1,9 @@
 /* threads_test.c - several threads calling the CPU sequence functions at once while the
  * library splits each call among its own workers (one call holds them, the others run on
- * their own thread): every result is bit-for-bit the single-threaded one.  Built by CMake
- * (ctest: c_threads); `make tsan` runs it under ThreadSanitizer. */
+ * their own thread): every result is bit-for-bit the single-threaded one.  Two shapes: one
+ * the library splits by batch rows, one it runs step by step, each step's product and cells
+ * as rounds of one parallel region (prl::run_rounds).  Built by CMake (ctest: c_threads);
+ * `make tsan` runs it under ThreadSanitizer. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,54 +11,95 @@
 
 #include "pyroundlib.h"
 
-enum { T = 4, B = 10, S = 128, CALLERS = 6, ITERATIONS = 20 };
-enum { GATES = T * B * 3 * S, STATES = T * B * S, CELL = B * S };
+enum { CALLERS = 6, ITERATIONS = 20 };
 
-static double w[3 * S * S], h0[CELL], c0[CELL], grad[STATES], gates_in[GATES];
-
-struct Results {
-    double gates[GATES], output[STATES], cells[STATES], c_n[CELL], d_gates[GATES], d_h0[CELL], d_c0[CELL];
+/* One shape's inputs and the one-thread results. */
+struct Shape {
+    const char *split;
+    int64_t T, B, S;
+    double *w, *h0, *c0, *grad, *gates_in;
+    double *want; /* gates, output, cells, c_n, d_gates, d_h0, d_c0, one after the other */
 };
-static struct Results want;
 
-static int run(struct Results *r) {
-    memcpy(r->gates, gates_in, sizeof gates_in);
-    return prl_lltm_sequence_forward_cpu(r->gates, w, S, h0, c0, r->output, r->cells, r->c_n, T, B, S,
-                                         PRL_FLOAT64) != PRL_SUCCESS ||
-           prl_lltm_sequence_backward_cpu(grad, r->c_n, r->gates, w, S, c0, r->cells, r->d_gates, r->d_h0, r->d_c0,
-                                          T, B, S, PRL_FLOAT64) != PRL_SUCCESS;
+static int64_t results_size(const struct Shape *s) {
+    const int64_t gates = s->T * s->B * 3 * s->S, states = s->T * s->B * s->S, cell = s->B * s->S;
+    return 2 * gates + 2 * states + 3 * cell;
 }
 
-static void *caller(void *unused) {
-    (void)unused;
-    struct Results *r = malloc(sizeof *r);
+/* Runs the forward and backward of s into r (results_size doubles); non-zero on failure. */
+static int run(const struct Shape *s, double *r) {
+    const int64_t T = s->T, B = s->B, S = s->S, gates = T * B * 3 * S, states = T * B * S, cell = B * S;
+    double *g = r, *output = g + gates, *cells = output + states, *c_n = cells + states, *d_gates = c_n + cell;
+    double *d_h0 = d_gates + gates, *d_c0 = d_h0 + cell;
+    memcpy(g, s->gates_in, (size_t)gates * sizeof *g);
+    return prl_lltm_sequence_forward_cpu(g, s->w, S, s->h0, s->c0, output, cells, c_n, T, B, S, PRL_FLOAT64) !=
+               PRL_SUCCESS ||
+           prl_lltm_sequence_backward_cpu(s->grad, c_n, g, s->w, S, s->c0, cells, d_gates, d_h0, d_c0, T, B, S,
+                                          PRL_FLOAT64) != PRL_SUCCESS;
+}
+
+static void *caller(void *shape) {
+    const struct Shape *s = shape;
+    const size_t bytes = (size_t)results_size(s) * sizeof(double);
+    double *r = malloc(bytes);
     long bad = r == NULL;
-    for (int i = 0; i < ITERATIONS && !bad; ++i) bad = run(r) || memcmp(r, &want, sizeof want) != 0;
+    for (int i = 0; i < ITERATIONS && !bad; ++i) bad = run(s, r) || memcmp(r, s->want, bytes) != 0;
     free(r);
     return (void *)bad;
 }
 
-int main(void) {
-    unsigned seed = 2024;
-#define NEXT() (((seed = seed * 1103515245u + 12345u) >> 8 & 0xffff) / 65536.0 - 0.5)
-    for (int i = 0; i < 3 * S * S; ++i) w[i] = NEXT() * 0.2;
-    for (int i = 0; i < CELL; ++i) { h0[i] = NEXT(); c0[i] = NEXT(); }
-    for (int i = 0; i < STATES; ++i) grad[i] = NEXT();
-    for (int i = 0; i < GATES; ++i) gates_in[i] = NEXT();
-#undef NEXT
-    if (run(&want)) { fprintf(stderr, "threads_test: single-threaded call failed: %s\n", prl_last_error()); return 1; }
-    prl_set_cpu_threads(4);
-    pthread_t threads[CALLERS];
-    long failed = 0;
-    for (int k = 0; k < CALLERS; ++k)
-        if (pthread_create(&threads[k], NULL, caller, NULL) != 0) { fprintf(stderr, "pthread_create\n"); return 1; }
-    for (int k = 0; k < CALLERS; ++k) {
-        void *bad;
-        pthread_join(threads[k], &bad);
-        failed += (long)bad;
+static double *filled(int64_t n, unsigned *seed, double scale) {
+    double *a = malloc((size_t)n * sizeof *a);
+    for (int64_t i = 0; a != NULL && i < n; ++i) {
+        *seed = *seed * 1103515245u + 12345u;
+        a[i] = ((*seed >> 8 & 0xffff) / 65536.0 - 0.5) * scale;
     }
-    if (failed) { fprintf(stderr, "threads_test: %ld caller(s) got other results\n", failed); return 1; }
-    printf("threads_test: %d callers x %d calls, each split 4 ways: all bit-for-bit the one-thread results\n",
-           CALLERS, ITERATIONS);
+    return a;
+}
+
+int main(void) {
+    /* rows: 10 rows in two parts; step by step: 2 rows, each step's product in 4 column parts
+     * (24 steps of 2^18.6 multiply-adds, at least 2^21 a part over the sequence) */
+    struct Shape shapes[] = {{"rows", 4, 10, 128}, {"step by step", 24, 2, 256}};
+    unsigned seed = 2024;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k) {
+        struct Shape *s = &shapes[k];
+        const int64_t states = s->T * s->B * s->S, cell = s->B * s->S;
+        s->w = filled(3 * s->S * s->S, &seed, 0.2);
+        s->h0 = filled(cell, &seed, 1.0);
+        s->c0 = filled(cell, &seed, 1.0);
+        s->grad = filled(states, &seed, 1.0);
+        s->gates_in = filled(3 * states, &seed, 1.0);
+        s->want = malloc((size_t)results_size(s) * sizeof(double));
+        if (!s->w || !s->h0 || !s->c0 || !s->grad || !s->gates_in || !s->want) {
+            fprintf(stderr, "threads_test: out of memory\n");
+            return 1;
+        }
+        prl_set_cpu_threads(1);
+        if (run(s, s->want)) {
+            fprintf(stderr, "threads_test: single-threaded call failed: %s\n", prl_last_error());
+            return 1;
+        }
+        prl_set_cpu_threads(4);
+        pthread_t threads[CALLERS];
+        long failed = 0;
+        for (int c = 0; c < CALLERS; ++c)
+            if (pthread_create(&threads[c], NULL, caller, s) != 0) {
+                fprintf(stderr, "pthread_create\n");
+                return 1;
+            }
+        for (int c = 0; c < CALLERS; ++c) {
+            void *bad;
+            pthread_join(threads[c], &bad);
+            failed += (long)bad;
+        }
+        if (failed) {
+            fprintf(stderr, "threads_test (%s): %ld caller(s) got other results\n", s->split, failed);
+            return 1;
+        }
+        printf("threads_test (%s): %d callers x %d calls, each split 4 ways: all bit-for-bit the one-thread "
+               "results\n", s->split, CALLERS, ITERATIONS);
+        free(s->w), free(s->h0), free(s->c0), free(s->grad), free(s->gates_in), free(s->want);
+    }
     return 0;
 }
