@@ -1,9 +1,9 @@
 // cpu_threads.cpp - the threads behind prl::run_parts: a runner given by
 // prl_set_cpu_parallel (an OpenMP runtime's GOMP_parallel), else the library's own workers.
 //
-// With a runner, a call is one parallel region, of cpu_threads() threads or of one a part
-// (Team, cpu_threads.h): every thread of the team claims parts with an atomic counter until
-// none is left, and the region's end is the join.
+// With a runner, a call is one parallel region of cpu_threads() threads: every thread of
+// the team claims parts with an atomic counter until none is left, and the region's end
+// is the join.
 //
 // The library's own workers:
 // One pool per process, started lazily and grown to the most helpers a call has asked for.
@@ -194,7 +194,7 @@ namespace prl {
 
 int64_t cpu_threads() { return requested_threads.load(); }
 
-void run_parts(int64_t parts, const std::function<void(int64_t)> &part, Team team) {
+void run_parts(int64_t parts, const std::function<void(int64_t)> &part) {
     const int64_t helpers = std::min(parts, cpu_threads()) - 1;
     if (helpers > 0) {
         const prl_parallel_fn run = runner.load();
@@ -207,10 +207,15 @@ void run_parts(int64_t parts, const std::function<void(int64_t)> &part, Team tea
                 claims.reset(new (std::nothrow) Claim[(size_t)parts]);
                 region.claims = claims.get();
             }
-            // The team's size: Team (cpu_threads.h).  With kAllThreads and fewer parts, the
-            // threads without one find none left.
-            const int64_t size = team == Team::kParts ? helpers + 1 : cpu_threads();
-            run(prl_region_body, &region, (unsigned)std::min<int64_t>(size, 1 << 16), 0);
+            // The team is always cpu_threads() strong, even for fewer parts (the others find
+            // none left), as torch's own regions are: its parallel_for opens every region on
+            // all of its threads, whatever the chunks (no num_threads clause: pytorch#32008),
+            // and libgomp ends the surplus threads of a team smaller than the last one and
+            // starts new ones when the next is larger again, at tens of microseconds a thread.
+            // Measured with a team of one thread a part on a 16-core Xeon: sigmoid, round_ste and
+            // a multiply of 2^16 floats, call after call, 1059 us a chain against 117
+            // (benchmarks/NOTES.md).
+            run(prl_region_body, &region, (unsigned)std::min<int64_t>(cpu_threads(), 1 << 16), 0);
             prl_region_body(&region);  // a runner that ran fewer threads than asked leaves nothing undone
             return;
         }

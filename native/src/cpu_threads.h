@@ -22,26 +22,13 @@ namespace prl {
 // until then.
 int64_t cpu_threads();
 
-// How large a team a call asks of the runner (prl_set_cpu_parallel's OpenMP runtime).
-// libgomp ends the surplus threads of a team smaller than the one before and starts new ones
-// when the next is larger again, at tens of microseconds a thread, so a region is best the
-// size of the regions around it:
-//   - kAllThreads: cpu_threads(), whatever the parts, for the sequence loops, whose regions
-//     follow one another and torch's GEMMs, which are as large as torch's thread count;
-//   - kParts: as many threads as parts, for the elementwise kernels, as torch's parallel_for
-//     sizes its own elementwise ops (min(threads, chunks)): an elementwise call sits between
-//     torch's elementwise ops, and the threads a team of 16 wakes for two parts cost more
-//     than the parts (on a 16-core Xeon, 2^16 floats: 15 us a round call against 27;
-//     benchmarks/NOTES.md).
-enum class Team { kAllThreads, kParts };
-
 // Runs part(i) for every i in [0, parts) on up to cpu_threads() threads, the calling thread
 // included (the runner's team, else the library's workers), and returns when all have
 // returned.  Parts are handed out one at a time, so a thread that starts late takes fewer.
 // part must not throw (whatever it allocates is allocated before the call).  Without a
 // runner, falls back to the calling thread alone where the build has no threads, when
 // another call holds the workers, or when a worker cannot be started.
-void run_parts(int64_t parts, const std::function<void(int64_t)> &part, Team team = Team::kAllThreads);
+void run_parts(int64_t parts, const std::function<void(int64_t)> &part);
 
 // A loop whose rounds depend on each other, in one parallel region: part(r, p) for every p in
 // [0, parts(r)) (1 <= parts(r) <= most), every part of round r after every part of round
@@ -62,10 +49,9 @@ void run_rounds(int64_t rounds, int64_t most, const std::function<int64_t(int64_
 // the split, so an elementwise result is bit for bit the same at any thread count.  One
 // chunk, or one thread: body(0, n) on the calling thread.  A grain of 32768 elements is
 // torch's own for its elementwise ops (at::internal::GRAIN_SIZE): below that, waking a
-// thread costs more than it saves.  team: as for run_parts; an elementwise kernel's own
-// (kParts) unless its chunks run between the regions of a loop (kAllThreads).
+// thread costs more than it saves.
 constexpr int64_t kGrain = 32768;
-template <typename Body> void run_chunks(int64_t n, int64_t grain, Body &&body, Team team = Team::kParts) {
+template <typename Body> void run_chunks(int64_t n, int64_t grain, Body &&body) {
     const int64_t chunks = (n + grain - 1) / grain, parts = std::min(chunks, cpu_threads());
     if (parts <= 1) {
         if (n > 0) body(int64_t(0), n);
@@ -73,7 +59,7 @@ template <typename Body> void run_chunks(int64_t n, int64_t grain, Body &&body, 
     }
     run_parts(parts, [&](int64_t p) {
         body(p * chunks / parts * grain, std::min(n, (p + 1) * chunks / parts * grain));
-    }, team);
+    });
 }
 
 }  // namespace prl

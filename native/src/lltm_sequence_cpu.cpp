@@ -521,7 +521,7 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
                 forward_cells<T, A>(last - first, state, gates_t + first * width, rec.data() + first * n, n,
                                     old_cell + first * state, h_t + first * state, c_t + first * state);
                 to_arithmetic(h_t + first * state, (last - first) * state, left.data() + first * state);
-            }, prl::Team::kAllThreads);  // between the steps' products' regions
+            });
             if (c_n != nullptr) std::copy(c_t + next * state, c_t + now * state, c_n + next * state);  // rows that end
         }
         return;
@@ -610,7 +610,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
                                      gates_t + first * k, old_cell + first * state, d_cell.data() + first * state,
                                      d_gates_t + first * k);
                 to_arithmetic(d_gates_t + first * k, (last - first) * k, left.data() + first * k);
-            }, prl::Team::kAllThreads);  // between the steps' products' regions
+            });
         }
         for (int64_t i = 0; i < cell; ++i) d_c0[i] = prl::store<T>(d_cell[(size_t)i]);  // exact: stored values
         // d_h0 = d_gates[0] @ W_h
