@@ -262,16 +262,12 @@ void wait_for(const std::atomic<int64_t> &completed, int64_t round) {
 void run_rounds(int64_t rounds, int64_t most, const std::function<int64_t(int64_t)> &parts,
                 const std::function<void(int64_t, int64_t)> &part) {
     const int64_t members = std::min(most, cpu_threads());
-    if (members <= 1) {
-        for (int64_t r = 0; r < rounds; ++r)
-            for (int64_t p = 0, n = parts(r); p < n; ++p) part(r, p);
-        return;
-    }
     // completed: the rounds done; done: the parts of the current round done; claimed[p]: the
     // last round whose part p a thread took (a part is taken by moving it up to the round)
     std::atomic<int64_t> completed{0}, done{0};
-    std::unique_ptr<std::atomic<int64_t>[]> claimed(new (std::nothrow) std::atomic<int64_t>[(size_t)most]);
-    if (!claimed) {
+    std::unique_ptr<std::atomic<int64_t>[]> claimed(
+        members > 1 ? new (std::nothrow) std::atomic<int64_t>[(size_t)most] : nullptr);
+    if (!claimed) {  // one thread, or no memory for the claims: in order on the calling thread
         for (int64_t r = 0; r < rounds; ++r)
             for (int64_t p = 0, n = parts(r); p < n; ++p) part(r, p);
         return;

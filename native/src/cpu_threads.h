@@ -51,14 +51,25 @@ void run_rounds(int64_t rounds, int64_t most, const std::function<int64_t(int64_
 // torch's own for its elementwise ops (at::internal::GRAIN_SIZE): below that, waking a
 // thread costs more than it saves.
 constexpr int64_t kGrain = 32768;
+
+// Part p's range [begin, end) of [0, n) split in `parts` (1 <= parts <= the chunks) ranges of
+// whole chunks of `grain` elements, as run_chunks splits it.
+inline void chunk_range(int64_t n, int64_t grain, int64_t parts, int64_t p, int64_t &begin, int64_t &end) {
+    const int64_t chunks = (n + grain - 1) / grain;
+    begin = p * chunks / parts * grain;
+    end = std::min(n, (p + 1) * chunks / parts * grain);
+}
+
 template <typename Body> void run_chunks(int64_t n, int64_t grain, Body &&body) {
-    const int64_t chunks = (n + grain - 1) / grain, parts = std::min(chunks, cpu_threads());
+    const int64_t parts = std::min((n + grain - 1) / grain, cpu_threads());
     if (parts <= 1) {
         if (n > 0) body(int64_t(0), n);
         return;
     }
     run_parts(parts, [&](int64_t p) {
-        body(p * chunks / parts * grain, std::min(n, (p + 1) * chunks / parts * grain));
+        int64_t begin, end;
+        chunk_range(n, grain, parts, p, begin, end);
+        body(begin, end);
     });
 }
 

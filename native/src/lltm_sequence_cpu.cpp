@@ -447,17 +447,14 @@ int64_t cell_rows(int64_t state) { return std::max<int64_t>(1, prl::kGrain / (3 
 // rows as run_chunks splits them.  One parallel region for the whole sequence where
 // step_product and run_chunks would fork and join twice a step.
 struct StepRounds {
-    const Plan &plan;
     int64_t grain, most;
     StepRounds(const Plan &plan, int64_t batch, int64_t state)
-        : plan(plan), grain(cell_rows(state)),
+        : grain(cell_rows(state)),
           most(std::max(plan.step_parts, std::min((batch + grain - 1) / grain, prl::cpu_threads()))) {}
     int64_t cell_parts(int64_t rows) const { return std::max<int64_t>(1, std::min((rows + grain - 1) / grain, most)); }
-    // the rows [first, last) of cell part p of a step with `rows` rows
+    // the rows [first, last) of cell part p of a step with `rows` (>= 1) rows
     void cells(int64_t p, int64_t rows, int64_t &first, int64_t &last) const {
-        const int64_t chunks = (rows + grain - 1) / grain, parts = cell_parts(rows);
-        first = std::min(rows, p * chunks / parts * grain);
-        last = std::min(rows, (p + 1) * chunks / parts * grain);
+        prl::chunk_range(rows, grain, cell_parts(rows), p, first, last);
     }
 };
 
@@ -473,57 +470,52 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
     const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
     if (!plan.blas)
         w = pack_panels_transposed<A>(w_h, ldw, state, width, n);
-    if (plan.row_parts == 0 && !plan.blas) {
-        // step by step in rounds: left holds h_{t-1} (rows past the batch zero), the cells
-        // write the next one
+    if (plan.row_parts == 0) {
+        // step by step: left holds h_{t-1} (rows past the batch zero), the cells write the next one
         std::vector<A> left((size_t)(plan.padded * state), A(0)), rec((size_t)(plan.padded * n));
         to_arithmetic(h0, cell, left.data());
-        const StepRounds rounds(plan, batch, state);
-        prl::run_rounds(
-            2 * steps, rounds.most,
-            [&](int64_t r) { return r % 2 == 0 ? plan.step_parts : rounds.cell_parts(rows.at(r / 2)); },
-            [&](int64_t r, int64_t p) {
-                const int64_t t = r / 2, now = rows.at(t);
-                if (r % 2 == 0) {
-                    int64_t begin, end;
-                    plan.columns(p, kCols<A>, begin, end);
-                    product(plan.rows_per_tile, left.data(), state, w.data(), rec.data(), n, 0, now, begin, end);
-                    return;
-                }
-                int64_t first, last;
-                rounds.cells(p, now, first, last);
+        if (!plan.blas) {  // in rounds
+            const StepRounds rounds(plan, batch, state);
+            prl::run_rounds(
+                2 * steps, rounds.most,
+                [&](int64_t r) { return r % 2 == 0 ? plan.step_parts : rounds.cell_parts(rows.at(r / 2)); },
+                [&](int64_t r, int64_t p) {
+                    const int64_t t = r / 2, now = rows.at(t);
+                    if (r % 2 == 0) {
+                        int64_t begin, end;
+                        plan.columns(p, kCols<A>, begin, end);
+                        product(plan.rows_per_tile, left.data(), state, w.data(), rec.data(), n, 0, now, begin, end);
+                        return;
+                    }
+                    int64_t first, last;
+                    rounds.cells(p, now, first, last);
+                    const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
+                    const int64_t at = rows.first(t) + first;
+                    forward_cells<T, A>(last - first, state, gates + at * width, rec.data() + first * n, n,
+                                        old_cell + first * state, output + at * state, cells + at * state);
+                    to_arithmetic(output + at * state, (last - first) * state, left.data() + first * state);
+                });
+        } else {  // each step's product one BLAS call
+            for (int64_t t = 0; t < steps; ++t) {
+                const int64_t now = rows.at(t);
+                step_product(plan, blas, left.data(), state, width, w.data(), w_blas, ld_blas, true, rec.data(), n,
+                             now);
+                T *gates_t = gates + rows.first(t) * width, *h_t = output + rows.first(t) * state;
+                T *c_t = cells + rows.first(t) * state;
                 const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
-                const int64_t at = rows.first(t) + first;
-                forward_cells<T, A>(last - first, state, gates + at * width, rec.data() + first * n, n,
-                                    old_cell + first * state, output + at * state, cells + at * state);
-                to_arithmetic(output + at * state, (last - first) * state, left.data() + first * state);
-            });
+                prl::run_chunks(now, cell_rows(state), [&](int64_t first, int64_t last) {
+                    forward_cells<T, A>(last - first, state, gates_t + first * width, rec.data() + first * n, n,
+                                        old_cell + first * state, h_t + first * state, c_t + first * state);
+                    to_arithmetic(h_t + first * state, (last - first) * state, left.data() + first * state);
+                });
+            }
+        }
         if (c_n != nullptr)
             for (int64_t t = 0; t < steps; ++t) {  // the rows that end at step t
                 const int64_t now = rows.at(t), next = t + 1 < steps ? rows.at(t + 1) : 0;
                 const T *c_t = cells + rows.first(t) * state;
                 std::copy(c_t + next * state, c_t + now * state, c_n + next * state);
             }
-        return;
-    }
-    if (plan.row_parts == 0) {
-        // step by step, each step's product one BLAS call: left holds h_{t-1} (rows past the
-        // batch zero), the cells write the next one
-        std::vector<A> left((size_t)(plan.padded * state), A(0)), rec((size_t)(plan.padded * n));
-        to_arithmetic(h0, cell, left.data());
-        for (int64_t t = 0; t < steps; ++t) {
-            const int64_t now = rows.at(t), next = t + 1 < steps ? rows.at(t + 1) : 0;
-            step_product(plan, blas, left.data(), state, width, w.data(), w_blas, ld_blas, true, rec.data(), n, now);
-            T *gates_t = gates + rows.first(t) * width, *h_t = output + rows.first(t) * state;
-            T *c_t = cells + rows.first(t) * state;
-            const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
-            prl::run_chunks(now, cell_rows(state), [&](int64_t first, int64_t last) {
-                forward_cells<T, A>(last - first, state, gates_t + first * width, rec.data() + first * n, n,
-                                    old_cell + first * state, h_t + first * state, c_t + first * state);
-                to_arithmetic(h_t + first * state, (last - first) * state, left.data() + first * state);
-            });
-            if (c_n != nullptr) std::copy(c_t + next * state, c_t + now * state, c_n + next * state);  // rows that end
-        }
         return;
     }
     const int64_t part_rows = plan.part_rows(batch);
@@ -595,22 +587,23 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
                                          d_cell.data() + first * state, d_gates + at * k);
                     to_arithmetic(d_gates + at * k, (last - first) * k, left.data() + first * k);
                 });
-        }
-        for (int64_t t = plan.blas ? steps - 1 : -1; t >= 0; --t) {
-            // rec: zeros for the last step, which gets no gradient from a later one, and for
-            // rows past those of step t + 1 (never written)
-            if (t + 1 < steps)
-                step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n,
-                             rows.at(t + 1));
-            const T *grad_t = grad_output + rows.first(t) * state, *gates_t = gates + rows.first(t) * k;
-            const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
-            T *d_gates_t = d_gates + rows.first(t) * k;
-            prl::run_chunks(rows.at(t), cell_rows(state), [&](int64_t first, int64_t last) {
-                backward_cells<T, A>(last - first, state, grad_t + first * state, rec.data() + first * n, n,
-                                     gates_t + first * k, old_cell + first * state, d_cell.data() + first * state,
-                                     d_gates_t + first * k);
-                to_arithmetic(d_gates_t + first * k, (last - first) * k, left.data() + first * k);
-            });
+        } else {  // each step's product one BLAS call
+            for (int64_t t = steps - 1; t >= 0; --t) {
+                // rec: zeros for the last step, which gets no gradient from a later one, and for
+                // rows past those of step t + 1 (never written)
+                if (t + 1 < steps)
+                    step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n,
+                                 rows.at(t + 1));
+                const T *grad_t = grad_output + rows.first(t) * state, *gates_t = gates + rows.first(t) * k;
+                const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
+                T *d_gates_t = d_gates + rows.first(t) * k;
+                prl::run_chunks(rows.at(t), cell_rows(state), [&](int64_t first, int64_t last) {
+                    backward_cells<T, A>(last - first, state, grad_t + first * state, rec.data() + first * n, n,
+                                         gates_t + first * k, old_cell + first * state, d_cell.data() + first * state,
+                                         d_gates_t + first * k);
+                    to_arithmetic(d_gates_t + first * k, (last - first) * k, left.data() + first * k);
+                });
+            }
         }
         for (int64_t i = 0; i < cell; ++i) d_c0[i] = prl::store<T>(d_cell[(size_t)i]);  // exact: stored values
         // d_h0 = d_gates[0] @ W_h
