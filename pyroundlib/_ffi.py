@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 12  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 13  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -58,6 +58,7 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_set_cpu_threads",    STATUS,   (_I64,)),
     ("prl_cpu_threads",        _I64,     ()),
     ("prl_set_cpu_parallel",   STATUS,   (_P,)),  # a prl_parallel_fn (GOMP_parallel's address) or NULL
+    ("prl_set_cpu_thread_num", STATUS,   (_P,)),  # a prl_thread_num_fn (omp_get_thread_num's address) or NULL
     ("prl_set_cpu_gemm",       STATUS,   (_P, _P)),  # sgemm_ and dgemm_ addresses, or NULL
     #                                             batch state dtype device fits (int *)
     ("prl_lltm_sequence_cuda_fits",     STATUS, (_I64, _I64, _INT, _INT, _P)),

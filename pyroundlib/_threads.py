@@ -5,7 +5,8 @@ arrays, the sequence loops their cells).  They use as many as torch's intra-op p
 (torch.set_num_threads; 1 in a DataLoader worker), and, where torch runs that pool on
 OpenMP, the very same threads: the library is handed
 GOMP_parallel, the fork-join entry point of the OpenMP runtime already loaded with torch
-(libgomp, or LLVM's or Intel's runtime, which export it too).  Those threads are usually
+(libgomp, or LLVM's or Intel's runtime, which export it too), and its omp_get_thread_num, so
+that thread m of a region takes the m-th range as in torch's own parallel_for.  Those threads are usually
 still spinning from torch's last op; a second set of threads would compete with them for
 the cores.  Where no runtime is found (torch without OpenMP, no /proc/self/maps to find it
 by), the loop stays on the calling thread: the library's own workers would compete with
@@ -33,8 +34,9 @@ from . import _ffi
 _OPENMP_RUNTIME = re.compile(r"lib(g|i)?omp\d*([-.][\w.-]*)?\.so")
 _BLAS = re.compile(r"lib(torch_cpu|mkl_rt|openblas\w*|blas)([-.][\w.-]*)?\.so")
 BLAS_ENV_VAR = "PYROUNDLIB_CPU_BLAS"  # "0": never torch's BLAS; "1": on any CPU, not only Intel's
-# torch's thread count last seen, and what the library was given (parallel, gemm None: not yet looked for)
-_given = {"torch": 1, "threads": 1, "parallel": None, "gemm": None}
+# torch's thread count last seen, and what the library was given (parallel, thread_num, gemm None: not yet
+# looked for)
+_given = {"torch": 1, "threads": 1, "parallel": None, "thread_num": None, "gemm": None}
 
 
 def loaded_libraries(pattern) -> list:
@@ -63,17 +65,24 @@ def symbol_address(path: str, symbol: str) -> Optional[int]:
 
 def openmp_parallel() -> Optional[int]:
     """The address of GOMP_parallel in the OpenMP runtime torch's intra-op threads belong
-    to, or None.  Only runtimes already loaded into the process are considered
-    (RTLD_NOLOAD); of several, the one inside torch's package comes first, then libgomp."""
+    to, or None."""
+    return openmp_runtime()[0]
+
+
+def openmp_runtime() -> Tuple[Optional[int], Optional[int]]:
+    """The addresses of GOMP_parallel and omp_get_thread_num (None if not exported) in the
+    OpenMP runtime torch's intra-op threads belong to, or Nones.  Only runtimes already
+    loaded into the process are considered (RTLD_NOLOAD); of several, the one inside torch's
+    package comes first, then libgomp."""
     if not torch.backends.openmp.is_available() or not hasattr(os, "RTLD_NOLOAD"):
-        return None
+        return None, None
     runtimes = sorted(loaded_libraries(_OPENMP_RUNTIME),
                       key=lambda path: (_torch_first(path)[0], "gomp" not in path, path))
     for path in runtimes:
         address = symbol_address(path, "GOMP_parallel")
         if address:
-            return address
-    return None
+            return address, symbol_address(path, "omp_get_thread_num")
+    return None, None
 
 
 def blas_gemm(any_cpu: bool = False) -> Tuple[Optional[int], Optional[int]]:
@@ -117,8 +126,10 @@ def follow_torch() -> None:
         if threads == _given["torch"]:
             return
     if threads > 1 and _given["parallel"] is None:
-        _given["parallel"] = openmp_parallel() or 0
+        parallel, thread_num = openmp_runtime()
+        _given["parallel"], _given["thread_num"] = parallel or 0, (parallel and thread_num) or 0
         library.prl_set_cpu_parallel(_given["parallel"] or None)
+        library.prl_set_cpu_thread_num(_given["thread_num"] or None)
     usable = threads if _given["parallel"] else 1
     if usable != _given["threads"]:
         library.prl_set_cpu_threads(usable)

@@ -96,6 +96,7 @@ def test_library_loads_once_under_concurrent_first_use(monkeypatch):
 
 RUNNER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)  # prl_parallel_fn
 BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+THREAD_NUM = ctypes.CFUNCTYPE(ctypes.c_int)  # prl_thread_num_fn
 
 
 def sequence_results(steps=8, batch=23, features=5, state=64, dtype=torch.float32, seed=0):
@@ -122,31 +123,42 @@ def cpu_threads(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
 
-    def give(threads, runner=None):
+    def give(threads, runner=None, thread_num=None):
         monkeypatch.setattr(_threads, "follow_torch", lambda: lib.prl_set_cpu_threads(threads))
         lib.prl_set_cpu_parallel(runner)
+        lib.prl_set_cpu_thread_num(thread_num)
 
     _threads.follow_torch()  # the BLAS looked for
     yield give
     torch.set_num_threads(before)
     lib.prl_set_cpu_threads(_threads._given["threads"])
     lib.prl_set_cpu_parallel(_threads._given["parallel"] or None)
+    lib.prl_set_cpu_thread_num(_threads._given["thread_num"] or None)
     lib.prl_set_cpu_gemm(*_threads._given["gemm"])
 
 
-def python_runner(calls):
+def python_runner(calls, numbered=False):
     """A prl_parallel_fn that runs the body on num_threads Python threads (ctypes lets go
-    of the GIL while the body runs), recording each call's (num_threads, flags)."""
+    of the GIL while the body runs), recording each call's (num_threads, flags); numbered:
+    also the prl_thread_num_fn that gives each thread its number in the team (0 the caller),
+    with the threads started in reverse order of their numbers."""
+    number = threading.local()
+
+    def body_as(k, body, data):
+        number.k = k
+        body(data)
+
     def run(body, data, num_threads, flags):
         calls.append((num_threads, flags))
         body = BODY(body)
-        threads = [threading.Thread(target=body, args=(data,)) for _ in range(num_threads - 1)]
+        threads = [threading.Thread(target=body_as, args=(k, body, data)) for k in range(num_threads - 1, 0, -1)]
         for t in threads:
             t.start()
-        body(data)
+        body_as(0, body, data)
         for t in threads:
             t.join()
-    return RUNNER(run)
+    runner = RUNNER(run)
+    return (runner, THREAD_NUM(lambda: number.k)) if numbered else runner
 
 
 def test_sequence_follows_torch_threads(monkeypatch):
@@ -170,8 +182,9 @@ def test_one_thread_without_an_openmp_runtime(monkeypatch):
     _threads.follow_torch()  # the BLAS looked for (its first need), whichever tests ran before
     lib, before, kept = _ffi.library(), torch.get_num_threads(), dict(_threads._given)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    monkeypatch.setattr(_threads, "openmp_parallel", lambda: None)
-    monkeypatch.setattr(_threads, "_given", {"torch": 1, "threads": 1, "parallel": None, "gemm": kept["gemm"]})
+    monkeypatch.setattr(_threads, "openmp_runtime", lambda: (None, None))
+    monkeypatch.setattr(_threads, "_given", {"torch": 1, "threads": 1, "parallel": None, "thread_num": None,
+                                             "gemm": kept["gemm"]})
     calls = []
     runner = python_runner(calls)
     lib.prl_set_cpu_parallel(runner)  # replaced by NULL when pyroundlib finds no runtime
@@ -180,7 +193,7 @@ def test_one_thread_without_an_openmp_runtime(monkeypatch):
         torch.set_num_threads(3)
         sequence_results()
         assert lib.prl_cpu_threads() == 1
-        assert _threads._given == {"torch": 3, "threads": 1, "parallel": 0, "gemm": kept["gemm"]}
+        assert _threads._given == {"torch": 3, "threads": 1, "parallel": 0, "thread_num": 0, "gemm": kept["gemm"]}
         lib.prl_set_cpu_threads(3)  # the library's own workers, not the runner, now split the work
         sequence_results()
         assert calls == []
@@ -195,8 +208,13 @@ def test_openmp_runtime_is_found():
     runtime torch's intra-op threads run on (it is already loaded: nothing new is)."""
     if not (sys.platform.startswith("linux") and torch.backends.openmp.is_available()):
         pytest.skip("torch without OpenMP, or not Linux")
-    address = _threads.openmp_parallel()
+    address, thread_num = _threads.openmp_runtime()
     assert address, "no OpenMP runtime with GOMP_parallel found among the loaded libraries"
+    assert thread_num and ctypes.CFUNCTYPE(ctypes.c_int)(thread_num)() == 0  # outside a region: 0
+    torch.set_num_threads(torch.get_num_threads())
+    _threads.follow_torch()
+    if torch.get_num_threads() > 1:
+        assert _threads._given["parallel"] == address and _threads._given["thread_num"] == thread_num
     maps = open("/proc/self/maps").read()
     assert re.search(r"lib(g|i)?omp", maps)
 
@@ -263,7 +281,7 @@ def test_blas_off_by_environment(monkeypatch):
     assert _threads.blas_gemm() == (None, None)
 
 
-RUNNERS = ["own workers", "OpenMP runtime", "Python threads"]
+RUNNERS = ["own workers", "OpenMP runtime", "Python threads", "numbered Python threads"]
 
 
 # (steps, batch, state, the library's own product): the loop's splits (native/src/lltm_sequence_cpu.cpp, Plan)
@@ -291,33 +309,36 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
     if not own and not gemm[0]:
         pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")
     lib.prl_set_cpu_gemm(*gemm)  # the fixture hands back what pyroundlib gave
-    given = {"own workers": None, "OpenMP runtime": _threads.openmp_parallel(),
-             "Python threads": python_runner(calls)}[runner]
-    if runner == "OpenMP runtime" and not given:
+    given = {"own workers": (None, None), "OpenMP runtime": _threads.openmp_runtime(),
+             "Python threads": (python_runner(calls), None),
+             "numbered Python threads": python_runner(calls, numbered=True)}[runner]
+    if runner == "OpenMP runtime" and not given[0]:
         pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
     for dtype in (torch.float32, torch.bfloat16):
-        cpu_threads(1, given)
+        cpu_threads(1, *given)
         alone = sequence_results(steps, dtype=dtype, batch=batch, state=state)
         for threads in (2, 3, 5, 8, 16):
-            cpu_threads(threads, given)
+            cpu_threads(threads, *given)
             parts = sequence_results(steps, dtype=dtype, batch=batch, state=state)
             assert lib.prl_cpu_threads() == threads
             for name, a, b in zip(["output", "h_n", "c_n", "d_input", "d_weights", "d_bias", "d_h0", "d_c0"],
                                   alone, parts):
                 assert torch.equal(a, b), (dtype, threads, name)
-    if runner == "Python threads" and split != "BLAS":  # a team of prl_cpu_threads() however few the parts (8 at most)
+    if runner.endswith("Python threads") and split != "BLAS":  # a team of prl_cpu_threads() however few the parts (8 at most)
         assert sorted(set(calls)) == [(2, 0), (3, 0), (5, 0), (8, 0), (16, 0)], calls
 
 
-def test_every_region_asks_for_all_threads(cpu_threads):
+@pytest.mark.parametrize("numbered", [False, True])
+def test_every_region_asks_for_all_threads(cpu_threads, numbered):
     """Every parallel region asks the runner for all of prl_cpu_threads(), however few its
     parts, as torch's own regions do (native/src/cpu_threads.cpp): an elementwise call of 2,
     4 or 16 chunks, and the sequence loop, and none below two chunks.  A team of one thread
     a chunk made libgomp end threads that torch's next region started again (benchmarks/
-    NOTES.md).  The results: torch.round's bits."""
+    NOTES.md).  The results: torch.round's bits, with parts claimed in order or split by the
+    runner's thread numbers."""
     calls = []
-    runner = python_runner(calls)  # alive while the library has it
-    cpu_threads(16, runner)
+    given = python_runner(calls, numbered) if numbered else (python_runner(calls), None)  # alive while set
+    cpu_threads(16, *given)
     gen = torch.Generator().manual_seed(0)
     for numel, regions in ((1000, 0), (1 << 16, 1), (3 * 32768 + 5, 1), (1 << 20, 1), (5 << 20, 1)):
         for dtype in (torch.float32, torch.bfloat16):
@@ -330,15 +351,20 @@ def test_every_region_asks_for_all_threads(cpu_threads):
     assert calls and set(calls) == {(16, 0)}, calls
 
 
-def test_runner_that_runs_one_thread_leaves_nothing_undone(cpu_threads):
+@pytest.mark.parametrize("number", [None, 0, 3, 99])
+def test_runner_that_runs_one_thread_leaves_nothing_undone(cpu_threads, number):
     """num_threads is the most the runner may use: a runner that runs the body once, on
-    the calling thread, still gets every part done."""
+    the calling thread, still gets every part done, whatever thread number it gives that
+    thread (or none): the sequence loop's rows, and a round's chunks."""
     cpu_threads(1)
     want = sequence_results()
+    x = torch.randn(5 << 16) * 8
     runner = RUNNER(lambda body, data, num_threads, flags: BODY(body)(data))  # alive while the library has it
-    cpu_threads(8, runner)
+    thread_num = None if number is None else THREAD_NUM(lambda: number)
+    cpu_threads(8, runner, thread_num)
     for a, b in zip(want, sequence_results()):
         assert torch.equal(a, b)
+    assert torch.equal(pyroundlib.round_ste(x), torch.round(x))
 
 
 @pytest.mark.parametrize("runner", RUNNERS[:2])
@@ -346,12 +372,12 @@ def test_sequence_callers_share_the_threads(cpu_threads, runner):
     """8 Python threads in the CPU loop at once (with the library's workers, one call holds
     them and the others run alone; with OpenMP, each thread leads a team of its own):
     every result is the one a lone call gives."""
-    given = None if runner == "own workers" else _threads.openmp_parallel()
-    if runner == "OpenMP runtime" and not given:
+    given = (None, None) if runner == "own workers" else _threads.openmp_runtime()
+    if runner == "OpenMP runtime" and not given[0]:
         pytest.skip("no OpenMP runtime found")
-    cpu_threads(1, given)
+    cpu_threads(1, *given)
     want = [sequence_results(seed=k, batch=20 + k) for k in range(THREADS)]
-    cpu_threads(4, given)
+    cpu_threads(4, *given)
 
     def target(k):
         for _ in range(10):

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 12
+#define PRL_ABI_VERSION 13
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -201,6 +201,15 @@ typedef void (*prl_parallel_fn)(void (*fn)(void *), void *data, unsigned num_thr
 PRL_API prl_status prl_set_cpu_threads(int64_t threads);
 PRL_API int64_t prl_cpu_threads(void);
 PRL_API prl_status prl_set_cpu_parallel(prl_parallel_fn runner);
+/* prl_set_cpu_thread_num: the runner's thread numbers: fn() returns the calling thread's
+ *   number in the runner's current team (0 for the thread that called the runner), as
+ *   omp_get_thread_num does; NULL (the default): not known.  Where given, thread m of a
+ *   region first takes part m of the work, the range torch's own parallel_for gives its
+ *   thread m, so data a torch op has just touched is read from the same core's cache.  It
+ *   changes which thread runs a part, never a result.  pyroundlib's Python package passes
+ *   omp_get_thread_num of the runtime whose GOMP_parallel it passes. */
+typedef int (*prl_thread_num_fn)(void);
+PRL_API prl_status prl_set_cpu_thread_num(prl_thread_num_fn fn);
 /* prl_set_cpu_gemm: the BLAS the CPU sequence functions multiply with: the Fortran-interface
  *   sgemm_ and dgemm_ of a BLAS already in the process (either may be NULL; both NULL, the
  *   default: the library's own product).  pyroundlib's Python package passes those torch's

@@ -1,9 +1,10 @@
 // cpu_threads.cpp - the threads behind prl::run_parts: a runner given by
 // prl_set_cpu_parallel (an OpenMP runtime's GOMP_parallel), else the library's own workers.
 //
-// With a runner, a call is one parallel region of cpu_threads() threads: every thread of
-// the team claims parts with an atomic counter until none is left, and the region's end
-// is the join.
+// With a runner, a call is one parallel region of cpu_threads() threads: thread m runs parts
+// m, m + cpu_threads(), ... where the runner's thread numbers are known (prl_set_cpu_thread_num),
+// else every thread of the team claims parts with an atomic counter until none is left; the
+// region's end is the join.
 //
 // The library's own workers:
 // One pool per process, started lazily and grown to the most helpers a call has asked for.
@@ -59,43 +60,46 @@ std::atomic<int64_t> requested_threads{1};
 std::atomic<prl_parallel_fn> runner{nullptr};
 std::atomic<long> runner_process{0};
 
-// A part's claim, on a cache line of its own (threads claim side by side).
+// prl_set_cpu_thread_num's function (omp_get_thread_num of the runner's runtime).
+std::atomic<prl_thread_num_fn> thread_num{nullptr};
+
+// A part's claim, on a cache line of its own (each thread writes its own parts' claims).
 struct alignas(64) Claim {
     std::atomic<bool> taken{false};
 };
 
+// One call's parallel region.  Where the runner's thread numbers are known, the parts are
+// split as torch's parallel_for splits its ranges: thread m of a team of `team` runs parts m,
+// m + team, ... and nothing else, so an elementwise call's range m is read and written by the
+// core whose thread m ran range m of torch's op before it (the sigmoid whose output a round
+// reads) and of the same call before.  A thread the runner did not start leaves its parts
+// unclaimed, and the caller runs them after the region.  Without thread numbers every thread
+// claims the next part until none is left.  Which thread runs a part never changes what it
+// computes.  Measured on a 16-core Xeon, thread numbers against claims in arrival order:
+// round_ste of 2^16-2^18 floats 0.53-0.67x the time call after call, 2^19-2^21 floats after a
+// torch.round of the same input 0.51-0.75x (benchmarks/NOTES.md).
 struct Region {
     const std::function<void(int64_t)> *part;
     int64_t parts;
-    std::atomic<int64_t> next{0};
-    Claim *claims = nullptr;  // one a part, where each thread first takes its home part; else none
-};
+    int64_t team;                     // the threads asked of the runner
+    prl_thread_num_fn member;         // the runner's thread numbers, or nullptr
+    Claim *claims;                    // with thread numbers: one a part
+    std::atomic<int64_t> next{0};     // without: the next part to claim
 
-// Each thread that runs a region gets a home number once (the order in which threads first
-// arrive) and, where a call has as many parts as the team has threads, first takes part
-// home % parts: the same OS thread takes the same part call after call, as torch's
-// parallel_for gives thread i the i-th range, so an elementwise call's range stays in that
-// core's L2 from one call to the next (claimed in arrival order, a 16-core Xeon ran 2^20
-// floats at half torch.round's speed: benchmarks/NOTES.md).  The rest is claimed in order.
-// Which thread runs a part never changes what it computes.
-std::atomic<int64_t> homes{0};
-thread_local int64_t home = -1;
+    void run(int64_t i) {  // part i, unless another thread took it
+        if (!claims[i].taken.load(std::memory_order_relaxed) && !claims[i].taken.exchange(true)) (*part)(i);
+    }
+};
 
 extern "C" {
 // The body every thread of the runner's team runs.
 static void prl_region_body(void *data) {
     Region &region = *static_cast<Region *>(data);
-    if (region.claims == nullptr) {
+    if (region.member == nullptr) {
         for (int64_t i; (i = region.next.fetch_add(1)) < region.parts;) (*region.part)(i);
         return;
     }
-    if (home < 0) home = homes.fetch_add(1);
-    auto run = [&](int64_t i) {
-        if (!region.claims[i].taken.load(std::memory_order_relaxed) && !region.claims[i].taken.exchange(true))
-            (*region.part)(i);
-    };
-    run(home % region.parts);
-    for (int64_t i; (i = region.next.fetch_add(1)) < region.parts;) run(i);
+    for (int64_t i = region.member(); i >= 0 && i < region.parts; i += region.team) region.run(i);
 }
 }
 
@@ -199,24 +203,29 @@ void run_parts(int64_t parts, const std::function<void(int64_t)> &part) {
     if (helpers > 0) {
         const prl_parallel_fn run = runner.load();
         if (run != nullptr && runner_process.load() == (long)PRL_PROCESS_ID()) {
-            Region region;
-            region.part = &part;
-            region.parts = parts;
+            const int64_t team = std::min<int64_t>(cpu_threads(), 1 << 16);
             std::unique_ptr<Claim[]> claims;
-            if (parts == cpu_threads()) {  // home parts (above); without the memory, claimed in order
+            prl_thread_num_fn member = thread_num.load();
+            if (member != nullptr) {
                 claims.reset(new (std::nothrow) Claim[(size_t)parts]);
-                region.claims = claims.get();
+                if (!claims) member = nullptr;  // no memory for the claims: claimed in order
             }
-            // The team is always cpu_threads() strong, even for fewer parts (the others find
-            // none left), as torch's own regions are: its parallel_for opens every region on
+            Region region{&part, parts, team, member, claims.get()};
+            // The team is always cpu_threads() strong, even for fewer parts (the others have
+            // none), as torch's own regions are: its parallel_for opens every region on
             // all of its threads, whatever the chunks (no num_threads clause: pytorch#32008),
             // and libgomp ends the surplus threads of a team smaller than the last one and
             // starts new ones when the next is larger again, at tens of microseconds a thread.
             // Measured with a team of one thread a part on a 16-core Xeon: sigmoid, round_ste and
             // a multiply of 2^16 floats, call after call, 1059 us a chain against 117
             // (benchmarks/NOTES.md).
-            run(prl_region_body, &region, (unsigned)std::min<int64_t>(cpu_threads(), 1 << 16), 0);
-            prl_region_body(&region);  // a runner that ran fewer threads than asked leaves nothing undone
+            run(prl_region_body, &region, (unsigned)team, 0);
+            // a runner that ran fewer threads than asked leaves nothing undone
+            if (member != nullptr) {
+                for (int64_t i = 0; i < parts; ++i) region.run(i);
+            } else {
+                prl_region_body(&region);
+            }
             return;
         }
     }
@@ -304,6 +313,11 @@ extern "C" PRL_API prl_status prl_set_cpu_threads(int64_t threads) {
         return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'threads' must be >= 1, got %lld", __func__,
                          (long long)threads);
     requested_threads.store(threads);
+    return PRL_SUCCESS;
+}
+
+extern "C" PRL_API prl_status prl_set_cpu_thread_num(prl_thread_num_fn fn) {
+    thread_num.store(fn);
     return PRL_SUCCESS;
 }
 

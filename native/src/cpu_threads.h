@@ -24,7 +24,9 @@ int64_t cpu_threads();
 
 // Runs part(i) for every i in [0, parts) on up to cpu_threads() threads, the calling thread
 // included (the runner's team, else the library's workers), and returns when all have
-// returned.  Parts are handed out one at a time, so a thread that starts late takes fewer.
+// returned.  With the runner's thread numbers, thread m runs parts m, m + cpu_threads(), ...
+// (torch's parallel_for split: the same core for the same range, call after call);
+// otherwise parts are handed out one at a time, so a thread that starts late takes fewer.
 // part must not throw (whatever it allocates is allocated before the call).  Without a
 // runner, falls back to the calling thread alone where the build has no threads, when
 // another call holds the workers, or when a worker cannot be started.

@@ -254,18 +254,25 @@ static void test_input_half_cpu(void) {
  * it).  Sizes large enough that the work is split. */
 enum { TT = 4, TB = 10, TS = 128 };
 static double t_w[3 * TS * TS], t_h0[TB * TS], t_c0[TB * TS], t_grad[TT * TB * TS];
-static double t_gates[3][TT * TB * 3 * TS], t_out[3][TT * TB * TS], t_cells[3][TT * TB * TS], t_cn[3][TB * TS];
-static double t_dg[3][TT * TB * 3 * TS], t_dh0[3][TB * TS], t_dc0[3][TB * TS];
+enum { RUNS = 4 };
+static double t_gates[RUNS][TT * TB * 3 * TS], t_out[RUNS][TT * TB * TS], t_cells[RUNS][TT * TB * TS];
+static double t_cn[RUNS][TB * TS], t_dg[RUNS][TT * TB * 3 * TS], t_dh0[RUNS][TB * TS], t_dc0[RUNS][TB * TS];
 
 /* A runner keeping prl_parallel_fn's contract on one thread: its "threads" run one after
- * the other. */
+ * the other, the last first; serial_number gives the one running its number in the team. */
 static unsigned runner_calls, runner_threads;
+static int serial_current;
 static void serial_runner(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) {
     ++runner_calls;
     runner_threads = num_threads;
     CHECK(flags == 0);
-    for (unsigned i = 0; i < num_threads; ++i) fn(data);
+    for (unsigned i = num_threads; i-- > 0;) {
+        serial_current = (int)i;
+        fn(data);
+    }
+    serial_current = 0;
 }
+static int serial_number(void) { return serial_current; }
 
 static void test_cpu_threads(void) {
     CHECK(prl_cpu_threads() == 1);  /* until set */
@@ -275,18 +282,22 @@ static void test_cpu_threads(void) {
     for (int i = 0; i < 3 * TS * TS; ++i) t_w[i] = (NEXT()) * 0.2;
     for (int i = 0; i < TB * TS; ++i) { t_h0[i] = NEXT(); t_c0[i] = NEXT(); }
     for (int i = 0; i < TT * TB * TS; ++i) t_grad[i] = NEXT();
-    for (int i = 0; i < TT * TB * 3 * TS; ++i) t_gates[0][i] = t_gates[1][i] = t_gates[2][i] = NEXT();
+    for (int i = 0; i < TT * TB * 3 * TS; ++i) {
+        t_gates[0][i] = NEXT();
+        for (int run = 1; run < RUNS; ++run) t_gates[run][i] = t_gates[0][i];
+    }
 #undef NEXT
-    for (int run = 0; run < 3; ++run) {  /* 1 thread; 4 of the library's; 4 of serial_runner's */
+    for (int run = 0; run < RUNS; ++run) {  /* 1 thread; 4 of the library's; 4 of serial_runner's, numbered or not */
         CHECK(prl_set_cpu_threads(run ? 4 : 1) == PRL_SUCCESS && prl_cpu_threads() == (run ? 4 : 1));
-        CHECK(prl_set_cpu_parallel(run == 2 ? serial_runner : NULL) == PRL_SUCCESS);
+        CHECK(prl_set_cpu_parallel(run >= 2 ? serial_runner : NULL) == PRL_SUCCESS);
+        CHECK(prl_set_cpu_thread_num(run == 3 ? serial_number : NULL) == PRL_SUCCESS);
         CHECK(prl_lltm_sequence_forward_cpu(t_gates[run], t_w, TS, t_h0, t_c0, t_out[run], t_cells[run], t_cn[run],
                                             TT, TB, TS, PRL_FLOAT64) == PRL_SUCCESS);
         CHECK(prl_lltm_sequence_backward_cpu(t_grad, t_cn[run], t_gates[run], t_w, TS, t_c0, t_cells[run], t_dg[run],
                                              t_dh0[run], t_dc0[run], TT, TB, TS, PRL_FLOAT64) == PRL_SUCCESS);
     }
-    CHECK(runner_calls == 2 && runner_threads == 4);  /* forward and backward, prl_cpu_threads() each */
-    for (int run = 1; run < 3; ++run) {
+    CHECK(runner_calls == 4 && runner_threads == 4);  /* forward and backward, prl_cpu_threads() each */
+    for (int run = 1; run < RUNS; ++run) {
         CHECK(memcmp(t_gates[0], t_gates[run], sizeof t_gates[0]) == 0);
         CHECK(memcmp(t_out[0], t_out[run], sizeof t_out[0]) == 0 && memcmp(t_cn[0], t_cn[run], sizeof t_cn[0]) == 0);
         CHECK(memcmp(t_cells[0], t_cells[run], sizeof t_cells[0]) == 0);
@@ -295,6 +306,7 @@ static void test_cpu_threads(void) {
         CHECK(t_out[run][TT * TB * TS - 1] != 0.0 && t_dh0[run][TB * TS - 1] != 0.0);  /* the last rows written */
     }
     CHECK(prl_set_cpu_threads(1) == PRL_SUCCESS && prl_set_cpu_parallel(NULL) == PRL_SUCCESS);
+    CHECK(prl_set_cpu_thread_num(NULL) == PRL_SUCCESS);
 }
 
 static void test_errors(void) {

@@ -1,9 +1,11 @@
 /* threads_test.c - several threads calling the CPU sequence functions at once while the
  * library splits each call among its own workers (one call holds them, the others run on
- * their own thread): every result is bit-for-bit the single-threaded one.  Two shapes: one
- * the library splits by batch rows, one it runs step by step, each step's product and cells
- * as rounds of one parallel region (prl::run_rounds).  Built by CMake (ctest: c_threads);
- * `make tsan` runs it under ThreadSanitizer. */
+ * their own thread), then among the threads of a runner with thread numbers (each caller
+ * leads a team of its own, as with an OpenMP runtime; the parts split by thread number):
+ * every result is bit-for-bit the single-threaded one.  Two shapes: one the library splits
+ * by batch rows, one it runs step by step, each step's product and cells as rounds of one
+ * parallel region (prl::run_rounds).  Built by CMake (ctest: c_threads); `make tsan` runs it
+ * under ThreadSanitizer. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,38 @@
 #include "pyroundlib.h"
 
 enum { CALLERS = 6, ITERATIONS = 20 };
+
+/* A prl_parallel_fn on POSIX threads, started for each region and joined at its end, and
+ * its prl_thread_num_fn. */
+static __thread int team_number;
+struct Member {
+    void (*fn)(void *);
+    void *data;
+    int number;
+};
+static void *member_main(void *arg) {
+    struct Member *m = arg;
+    team_number = m->number;
+    m->fn(m->data);
+    return NULL;
+}
+static void pthread_runner(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) {
+    enum { MOST = 8 };
+    pthread_t threads[MOST];
+    struct Member members[MOST];
+    unsigned started = 1;
+    (void)flags;
+    for (; started < num_threads && started < MOST; ++started) {
+        members[started] = (struct Member){fn, data, (int)started};
+        if (pthread_create(&threads[started], NULL, member_main, &members[started]) != 0) break;
+    }
+    const int outer = team_number;
+    team_number = 0;
+    fn(data);
+    team_number = outer;
+    for (unsigned k = 1; k < started; ++k) pthread_join(threads[k], NULL);
+}
+static int pthread_number(void) { return team_number; }
 
 /* One shape's inputs and the one-thread results. */
 struct Shape {
@@ -81,24 +115,31 @@ int main(void) {
             return 1;
         }
         prl_set_cpu_threads(4);
-        pthread_t threads[CALLERS];
-        long failed = 0;
-        for (int c = 0; c < CALLERS; ++c)
-            if (pthread_create(&threads[c], NULL, caller, s) != 0) {
-                fprintf(stderr, "pthread_create\n");
+        for (int numbered = 0; numbered < 2; ++numbered) {
+            prl_set_cpu_parallel(numbered ? pthread_runner : NULL);
+            prl_set_cpu_thread_num(numbered ? pthread_number : NULL);
+            pthread_t threads[CALLERS];
+            long failed = 0;
+            for (int c = 0; c < CALLERS; ++c)
+                if (pthread_create(&threads[c], NULL, caller, s) != 0) {
+                    fprintf(stderr, "pthread_create\n");
+                    return 1;
+                }
+            for (int c = 0; c < CALLERS; ++c) {
+                void *bad;
+                pthread_join(threads[c], &bad);
+                failed += (long)bad;
+            }
+            const char *by = numbered ? "a numbered runner's threads" : "the library's workers";
+            if (failed) {
+                fprintf(stderr, "threads_test (%s, %s): %ld caller(s) got other results\n", s->split, by, failed);
                 return 1;
             }
-        for (int c = 0; c < CALLERS; ++c) {
-            void *bad;
-            pthread_join(threads[c], &bad);
-            failed += (long)bad;
+            printf("threads_test (%s, %s): %d callers x %d calls, each split 4 ways: all bit-for-bit the "
+                   "one-thread results\n", s->split, by, CALLERS, ITERATIONS);
         }
-        if (failed) {
-            fprintf(stderr, "threads_test (%s): %ld caller(s) got other results\n", s->split, failed);
-            return 1;
-        }
-        printf("threads_test (%s): %d callers x %d calls, each split 4 ways: all bit-for-bit the one-thread "
-               "results\n", s->split, CALLERS, ITERATIONS);
+        prl_set_cpu_parallel(NULL);
+        prl_set_cpu_thread_num(NULL);
         free(s->w), free(s->h0), free(s->c0), free(s->grad), free(s->gates_in), free(s->want);
     }
     return 0;
