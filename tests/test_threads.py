@@ -289,6 +289,9 @@ SPLITS = {"rows": (8, 23, 64, True),  # 23 rows: tiles of 3 or 6, the last short
           # 23 rows in up to 5 parts of 4-5 rows, fewer than a 6-row tile (AVX-512), at least 2^21
           # multiply-adds a part over the sequence (with 3-row tiles: up to 8 parts of whole tiles)
           "narrow rows": (40, 23, 64, True),
+          # 10 rows (at least 8): parts of a single row from 10 threads on (78M multiply-adds over
+          # the sequence, at least 2^21 a part)
+          "single rows": (40, 10, 256, True),
           # 2 rows: each step's product split by column panels from 2 threads on (up to 4 parts: 24
           # steps of 2^18.6 multiply-adds, at least 2^21 a part over the sequence)
           "columns": (24, 2, 256, True),

@@ -319,12 +319,18 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     sequence, at most as many parts as the batch has tiles.  Parts of whole tiles were up
 //     to a tile apart: 34 and 30 rows of a batch of 64, 10 and 6 of 16, on two threads.
 //     Where the batch has fewer tiles than threads (6-row tiles: B = 64 is 11 tiles), parts
-//     of kMinPartRows rows or more, each with at least kMinStepPartSequenceWork over the
+//     of fewer rows than a tile, each with at least kMinStepPartSequenceWork over the
 //     sequence: on a 16-core Xeon 0.80-0.93x the time at (T, B, I, S) = (100, 64, 256, 256),
 //     (50, 64, 64, 128), (100, 32, 64, 128) with 8-16 parts in place of 6-11, the same at (16,
 //     64, 16, 256), but 1.26x at (8, 32, 8, 64) training (0.4M multiply-adds a part), which the
-//     minimum keeps on 6 (benchmarks/NOTES.md).  Machines with 3-row tiles (AVX2), or with
-//     threads no more than tiles (two threads), split as before;
+//     minimum keeps on 6 (benchmarks/NOTES.md).  Parts of a single row where the batch has
+//     kMinRowSplitBatch rows or more, else of kMinPartRows: at B = 8-16 on the Xeon the 4-row
+//     parts left the row split at 2-4 parts, so the step split ran, each step a round of all
+//     16 threads; parts of one or two rows took 0.52-0.67x the time in inference and 0.58-0.80x
+//     in fwd+bwd at (30, 8 and 16, 256, 256), (100, 8, 128, 128), (100, 12, 64, 256), within
+//     the noise at B = 32-64.  Smaller batches keep the step split: on the 2-core VM a batch of
+//     2 in two 1-row parts took up to 1.2x its time (50, 2, 64, 512).  Machines with threads no
+//     more than tiles (two threads) split as before;
 //   - step by step (row_parts == 0): each step's product split into step_parts ranges of
 //     column panels, each with at least kMinStepPartWork multiply-adds a step and
 //     kMinStepPartSequenceWork over the sequence, then the cells in chunks of rows.  A
@@ -349,6 +355,7 @@ constexpr double kMinPartWork = double(1 << 18);
 constexpr double kMinStepPartWork = double(1 << 16);
 constexpr double kMinStepPartSequenceWork = double(1 << 21);
 constexpr int64_t kMinPartRows = 4;
+constexpr int64_t kMinRowSplitBatch = 8;
 constexpr int64_t kBlasMaxBatch = 4;
 constexpr double kBlasMinWork = double(1 << 17);
 
@@ -365,7 +372,7 @@ struct Plan {
         panels = (cols + panel_width - 1) / panel_width;
         const double step_work = double(batch) * double(k) * double(cols);
         const int64_t sequence_parts = limit(double(steps) * step_work / kMinStepPartSequenceWork);
-        const int64_t narrow = std::min(batch / kMinPartRows, sequence_parts);
+        const int64_t narrow = std::min(batch >= kMinRowSplitBatch ? batch : batch / kMinPartRows, sequence_parts);
         const int64_t by_rows = std::min({threads, std::max(tiles, narrow),
                                           limit(double(steps) * step_work / kMinPartWork)});
         step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork), sequence_parts});
