@@ -33,7 +33,8 @@ test: build deps
 # windows: the CPU library cross-built for 64-bit Windows with MinGW-w64 (the toolchain file
 # cmake/mingw-w64-x86_64.cmake) into WIN_BUILD_DIR, then checked: pyroundlib.dll imports
 # system DLLs only and exports exactly the functions of pyroundlib.h, and the C ABI test
-# (prl_abi_test.exe) passes under Wine, in a throwaway Wine prefix, with no display.
+# (prl_abi_test.exe) passes under Wine, in a throwaway Wine prefix, with no display
+# (tests/c/run_under_wine.sh).
 # Needs MinGW-w64 and Wine (Debian: apt-get install mingw-w64 wine wine64).
 WIN_BUILD_DIR ?= build-windows
 WIN_OBJDUMP   ?= x86_64-w64-mingw32-objdump
@@ -53,10 +54,7 @@ windows:
 	  api=$$(sed -n 's/^PRL_API .*[ *]\(prl_[a-z0-9_]*\)(.*/\1/p' native/include/pyroundlib.h | sort); \
 	  [ "$$exports" = "$$api" ] || { echo "windows: pyroundlib.dll exports" $$exports "but pyroundlib.h declares" $$api; exit 1; }; \
 	  echo "pyroundlib.dll exports the $$(echo "$$api" | wc -l) functions of pyroundlib.h"
-	export WINEPREFIX=$$(mktemp -d) WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml=" && unset DISPLAY && \
-	  trap 'wineserver -w; rm -rf "$$WINEPREFIX"' EXIT && \
-	  { $(WINE) wineboot --init > "$$WINEPREFIX/wineboot.log" 2>&1; wineserver -w; } && \
-	  $(WINE) $(WIN_BUILD_DIR)/prl_abi_test.exe
+	WINE=$(WINE) sh tests/c/run_under_wine.sh $(WIN_BUILD_DIR)/prl_abi_test.exe
 
 # ---- one build, every torch; one wheel, every Python -------------------------------------
 # test-matrix: the library built once (`build`), then the whole suite under each torch of

@@ -392,15 +392,22 @@ static void test_errors(void) {
     }
 }
 
+/* Each group's end is printed as it happens (stdout unbuffered): a run that stops early
+ * shows where, and one that never printed "started" was never run (make windows tells the
+ * two apart under Wine). */
+#define RUN(test) (test(), printf("abi_test: %s done\n", #test))
+
 int main(void) {
-    test_info();
-    test_round_cpu();
-    test_lltm_cpu();
-    test_sequence_cpu();
-    test_sequence_packed_cpu();
-    test_input_half_cpu();
-    test_cpu_threads();
-    test_errors();
+    setvbuf(stdout, NULL, _IONBF, 0);
+    printf("abi_test: started\n");
+    RUN(test_info);
+    RUN(test_round_cpu);
+    RUN(test_lltm_cpu);
+    RUN(test_sequence_cpu);
+    RUN(test_sequence_packed_cpu);
+    RUN(test_input_half_cpu);
+    RUN(test_cpu_threads);
+    RUN(test_errors);
     if (failures) {
         fprintf(stderr, "abi_test: %d check(s) failed\n", failures);
         return 1;
