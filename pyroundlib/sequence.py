@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _ffi, graphs
+from . import _ffi, _threads, graphs
 from ._common import (DIRECT_WITHOUT_GRAD, DTYPE_CODES, LIBRARY, Kernel, autocast_cast, check_like, check_shape,
                       check_tensor, define_op, function_for, has_tangent, no_gradient_wanted, ptr, signature_once)
 from .lltm import (_backward_differentiable, _forward_kernel, _pointwise_differentiable,
@@ -113,6 +113,12 @@ INPUT_HALF_BY_TORCH_FROM_FLOAT32 = 1 << 28
 # of a split (kMinPartWork, native/src/lltm_sequence_cpu.cpp), so a BLAS would not split it
 # either, or should not.
 INPUT_HALF_IN_LIBRARY_BELOW = 1 << 19
+# Larger ones too where torch's GEMMs do not come first (_threads.torch_gemms_first: CPUs other
+# than Intel's) and W_x has at least this many columns: on an AMD EPYC with AVX-512 (2 threads,
+# torch 2.13.0) the library's product took 0.51-0.86x the time of torch's GEMM from 32 features,
+# 0.94 at 24, 1.16-1.33 at 8-16, where writing the gates twice (the product's block, then with
+# the bias) outweighs its multiply-adds (benchmarks/NOTES.md).
+INPUT_HALF_IN_LIBRARY_FROM_FEATURES = 32
 
 
 def _tensor_core_products(t: Tensor) -> bool:
@@ -240,13 +246,15 @@ def _input_half(input: Tensor, weights: Tensor, bias: Tensor, gates: Tensor) -> 
 
 def input_half(input: Tensor, weights: Tensor, bias: Tensor, state: int) -> Tensor:
     """x @ W_x^T + b over input's last dimension, W_x = weights[:, state:], for the library's
-    sequence loops: one torch GEMM, but on the CPU below INPUT_HALF_IN_LIBRARY_BELOW
-    multiply-adds the library's product on the calling thread (prl_lltm_input_half_cpu).
-    There a BLAS's threads cannot pay, and MKL ran some such shapes on a smaller team than
+    sequence loops: one torch GEMM, but on the CPU the library's product
+    (prl_lltm_input_half_cpu) below INPUT_HALF_IN_LIBRARY_BELOW multiply-adds, and above it
+    where torch's GEMMs do not come first (INPUT_HALF_IN_LIBRARY_FROM_FEATURES).  Small ones:
+    there a BLAS's threads cannot pay, and MKL ran some such shapes on a smaller team than
     torch's: libgomp ends the surplus threads, the loop's next parallel region starts them
     again (10-12 thread starts a call on a 16-core Xeon: benchmarks/NOTES.md)."""
-    rows = math.prod(input.shape[:-1])
-    if not input.is_cpu or rows * input.shape[-1] * 3 * state >= INPUT_HALF_IN_LIBRARY_BELOW:
+    rows, features = math.prod(input.shape[:-1]), input.shape[-1]
+    if not input.is_cpu or (rows * features * 3 * state >= INPUT_HALF_IN_LIBRARY_BELOW and (
+            features < INPUT_HALF_IN_LIBRARY_FROM_FEATURES or _threads.torch_gemms_first())):
         return F.linear(input, weights[:, state:], bias)
     input, weights, bias = input.contiguous(), weights.contiguous(), bias.contiguous()
     gates = input.new_empty(*input.shape[:-1], 3 * state)

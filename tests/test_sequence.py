@@ -3,6 +3,7 @@ gradient, the workflows (torch.func, double backward, autocast, torch.compile) a
 GPU, streams, CUDA graphs and the per-shape graph replay."""
 import contextlib
 import ctypes
+import math
 from pathlib import Path
 
 import pytest
@@ -1117,7 +1118,9 @@ def test_cpu_input_half(monkeypatch, dtype):
     """The CPU loops' input half x @ W_x^T + b: the library's product below
     INPUT_HALF_IN_LIBRARY_BELOW multiply-adds (prl_lltm_input_half_cpu, every element written:
     the buffer starts as NaN), a torch GEMM from there on; both against float64 sums of the
-    same stored inputs, with a bias and with none (the C function's NULL)."""
+    same stored inputs, with a bias and with none (the C function's NULL).  Torch's GEMMs
+    first (PYROUNDLIB_CPU_BLAS=1), as on Intel CPUs: test_cpu_large_input_half has the rest."""
+    monkeypatch.setenv(_threads.BLAS_ENV_VAR, "1")
     calls = []
     kernel = sequence._input_half_kernel
     monkeypatch.setattr(sequence, "_input_half_kernel", lambda t, *args: (calls.append(args), kernel(t, *args)))
@@ -1143,6 +1146,32 @@ def test_cpu_input_half(monkeypatch, dtype):
     assert torch.allclose(gates.double(), x.double() @ w.double()[:, 64:].t(), rtol=tol, atol=tol)
     with pytest.raises(pyroundlib.InvalidArgumentError, match="'rows'"):
         lib.prl_lltm_input_half_cpu(x.data_ptr(), w.data_ptr(), None, gates.data_ptr(), -1, 8, 64, 0)
+
+
+@pytest.mark.parametrize("blas", ["", "0", "1"])
+def test_cpu_large_input_half(monkeypatch, blas):
+    """From INPUT_HALF_IN_LIBRARY_BELOW multiply-adds on: torch's GEMM where torch's GEMMs come
+    first (Intel CPUs; any CPU with PYROUNDLIB_CPU_BLAS=1), else (=0; CPUs other than Intel's)
+    the library's product from INPUT_HALF_IN_LIBRARY_FROM_FEATURES features on, torch's GEMM
+    below; every element written (the buffer starts as NaN), against float64 sums."""
+    monkeypatch.setenv(_threads.BLAS_ENV_VAR, blas)
+    first = {"": _threads._intel_cpu(), "0": False, "1": True}[blas]
+    assert _threads.torch_gemms_first() == first
+    calls = []
+    kernel = sequence._input_half_kernel
+    monkeypatch.setattr(sequence, "_input_half_kernel", lambda t, *args: (calls.append(args), kernel(t, *args)))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *shape: torch.full(shape, float("nan"), dtype=t.dtype))
+    gen = torch.Generator().manual_seed(6)
+    for shape, state in [((7, 50, 40), 64), ((600, 16), 64)]:  # 2.7M and 1.8M multiply-adds
+        assert math.prod(shape) * 3 * state >= sequence.INPUT_HALF_IN_LIBRARY_BELOW
+        x = torch.randn(shape, generator=gen)
+        w, b = torch.randn(3 * state, state + shape[-1], generator=gen) * 0.2, torch.randn(3 * state, generator=gen)
+        calls.clear()
+        got = sequence.input_half(x, w, b, state)
+        want = x.double() @ w.double()[:, state:].t() + b.double()
+        assert (len(calls) == 1) == (not first and shape[-1] >= sequence.INPUT_HALF_IN_LIBRARY_FROM_FEATURES), shape
+        assert got.shape == want.shape and not got.isnan().any()
+        assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5), (shape, (got.double() - want).abs().max())
 
 
 @requires_cuda

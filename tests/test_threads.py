@@ -11,6 +11,7 @@ import torch
 
 import pyroundlib
 from pyroundlib import _ffi, _threads, sequence
+from pyroundlib._common import DTYPE_CODES
 from pyroundlib.reference import lltm_cell_reference
 
 from conftest import CUDA, run_python_ok
@@ -329,6 +330,42 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
                 assert torch.equal(a, b), (dtype, threads, name)
     if runner.endswith("Python threads") and split != "BLAS":  # a team of prl_cpu_threads() however few the parts (8 at most)
         assert sorted(set(calls)) == [(2, 0), (3, 0), (5, 0), (8, 0), (16, 0)], calls
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_input_half_split_among_threads_is_bitwise_the_same(cpu_threads, runner):
+    """prl_lltm_input_half_cpu splits its blocks of rows among the threads where each part has
+    2^18 multiply-adds or more (601 rows x 40 features x 192 columns: up to 13 blocks of 48 or
+    26 of 24 rows); each element is one sum over the features in order, so the gates are bit
+    for bit the one-thread ones at 2-16 threads on every runner, every element written (the
+    buffer starts as NaN), and within the dtype's rounding of float64 sums."""
+    lib, calls = _ffi.library(), []
+    given = {"own workers": (None, None), "OpenMP runtime": _threads.openmp_runtime(),
+             "Python threads": (python_runner(calls), None),
+             "numbered Python threads": python_runner(calls, numbered=True)}[runner]
+    if runner == "OpenMP runtime" and not given[0]:
+        pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
+    rows, features, state = 601, 40, 64
+    gen = torch.Generator().manual_seed(11)
+    for dtype, tol in [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)]:
+        x = torch.randn(rows, features, generator=gen, dtype=torch.float64).to(dtype)
+        w = (torch.randn(3 * state, state + features, generator=gen, dtype=torch.float64) * 0.2).to(dtype)
+        b = torch.randn(3 * state, generator=gen, dtype=torch.float64).to(dtype)
+        want = x.double() @ w.double()[:, state:].t() + b.double()
+        results = []
+        for threads in (1, 2, 3, 5, 8, 16):
+            cpu_threads(threads, *given)
+            _threads.follow_torch()  # the fixture's: the library's thread count
+            gates = torch.full((rows, 3 * state), float("nan"), dtype=dtype)
+            lib.prl_lltm_input_half_cpu(x.data_ptr(), w.data_ptr(), b.data_ptr(), gates.data_ptr(), rows, features,
+                                        state, DTYPE_CODES[dtype])
+            assert not gates.isnan().any(), (dtype, threads)
+            assert torch.allclose(gates.double(), want, rtol=tol, atol=tol), (dtype, threads)
+            results.append(gates)
+        for threads, gates in zip((2, 3, 5, 8, 16), results[1:]):
+            assert torch.equal(results[0], gates), (dtype, threads)
+    if runner.endswith("Python threads"):  # split: a team of prl_cpu_threads() (the pack's region too)
+        assert {n for n, _ in calls} == {2, 3, 5, 8, 16}, calls
 
 
 @pytest.mark.parametrize("numbered", [False, True])

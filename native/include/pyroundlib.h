@@ -241,8 +241,10 @@ PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_output, const
  *   sequence functions above take as the input half: input [rows, features]; weights
  *   [3*state, state + features] (contiguous), W_x its last `features` columns; bias [3*state]
  *   or NULL (none); gates [rows, 3*state].  Sums in float32 (float64 for float64), stored in
- *   the dtype.  The library's own product, on the calling thread: meant for products too
- *   small for a BLAS's threads to pay (the Python package: below 2^19 multiply-adds). */
+ *   the dtype.  The library's own product, its blocks of rows split among the threads
+ *   (prl_set_cpu_threads) where each part has 2^18 multiply-adds or more; the same bits at
+ *   any thread count.  The Python package takes it below 2^19 multiply-adds, and on CPUs
+ *   other than Intel's from 32 features up. */
 PRL_API prl_status prl_lltm_input_half_cpu(const void *input, const void *weights, const void *bias, void *gates,
                                            int64_t rows, int64_t features, int64_t state, int dtype);
 /* prl_lltm_sequence_packed_forward_cpu / _backward_cpu: the same over a packed batch of

@@ -655,12 +655,14 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
 
 // The input half of every row: gates[r] = input[r] @ W_x^T + bias, W_x the last `features`
 // columns of weights [3S, S + features], by the library's own product (W_x^T packed in panels,
-// then blocks of row tiles) on the calling thread.  The Python package hands it the products
-// too small for a BLAS's threads to pay (sequence.INPUT_HALF_IN_LIBRARY_BELOW): on a 16-core
-// Xeon torch's MKL ran [170-199, 8] x [8, 192] on a team of 4-6 of its 16 OpenMP threads,
-// libgomp ended the surplus threads, and the library's next full-size region started them
-// again, 10-12 thread starts a call (benchmarks/NOTES.md).  Each element is one sum over the
-// features in order, then + bias.
+// then blocks of row tiles), the blocks split among the threads where each part has at least
+// kMinPartWork multiply-adds.  The Python package hands it the products too small for a BLAS's
+// threads to pay (sequence.INPUT_HALF_IN_LIBRARY_BELOW): on a 16-core Xeon torch's MKL ran
+// [170-199, 8] x [8, 192] on a team of 4-6 of its 16 OpenMP threads, libgomp ended the surplus
+// threads, and the library's next full-size region started them again, 10-12 thread starts a
+// call; and, on CPUs other than Intel's, all of them: MKL's product took 1.4-1.7x the library's
+// time on an AMD EPYC with AVX-512 (benchmarks/NOTES.md).  Each element is one sum over the
+// features in order, then + bias, whichever part computes it.
 template <typename T>
 void input_half(const T *input, const T *weights, const T *bias, T *gates, int64_t rows, int64_t features,
                 int64_t state) {
@@ -669,16 +671,23 @@ void input_half(const T *input, const T *weights, const T *bias, T *gates, int64
     const std::vector<A> w = pack_panels_transposed<A>(weights + state, ldw, features, width, n);
     std::vector<A> b((size_t)width, A(0));
     if (bias != nullptr) to_arithmetic(bias, width, b.data());
-    const int64_t tile = tile_rows(), block = 8 * tile;
-    std::vector<A> left((size_t)(block * features)), c((size_t)(block * n));
-    for (int64_t first = 0; first < rows; first += block) {
-        const int64_t count = std::min(block, rows - first);
-        to_arithmetic(input + first * features, count * features, left.data());
-        product(tile, left.data(), features, w.data(), c.data(), n, 0, count, 0, n);
-        for (int64_t r = 0; r < count; ++r)
-            for (int64_t g = 0; g < width; ++g)
-                gates[(first + r) * width + g] = prl::store<T>(c[(size_t)(r * n + g)] + b[(size_t)g]);
-    }
+    const int64_t tile = tile_rows(), block = 8 * tile, blocks = (rows + block - 1) / block;
+    const double work = double(rows) * double(features) * double(n);
+    const int64_t parts = std::max<int64_t>(
+        1, std::min<int64_t>({blocks, prl::cpu_threads(), (int64_t)std::min(work / kMinPartWork, 1e9)}));
+    const int64_t scratch_per_part = block * (features + n);  // left, then c
+    std::vector<A> scratch((size_t)(parts * scratch_per_part));
+    prl::run_parts(parts, [&](int64_t part) {
+        A *left = scratch.data() + part * scratch_per_part, *c = left + block * features;
+        for (int64_t at = part * blocks / parts; at < (part + 1) * blocks / parts; ++at) {
+            const int64_t first = at * block, count = std::min(block, rows - first);
+            to_arithmetic(input + first * features, count * features, left);
+            product(tile, left, features, w.data(), c, n, 0, count, 0, n);
+            for (int64_t r = 0; r < count; ++r)
+                for (int64_t g = 0; g < width; ++g)
+                    gates[(first + r) * width + g] = prl::store<T>(c[r * n + g] + b[(size_t)g]);
+        }
+    });
 }
 
 }  // namespace
