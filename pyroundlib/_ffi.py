@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 13  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 14  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -70,6 +70,8 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
     ("prl_lltm_sequence_backward_cpu",  STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     #                                             input weights bias gates rows features state dtype
     ("prl_lltm_input_half_cpu",         STATUS, (_P, _P, _P, _P, _I64, _I64, _I64, _INT)),
+    #                                             a lda transpose_a b ldb c ldc m n k dtype
+    ("prl_matmul_cpu",                  STATUS, (_P, _I64, _INT, _P, _I64, _P, _I64, _I64, _I64, _I64, _INT)),
     #                                             the same with batch_sizes (an int64 array) before steps
     ("prl_lltm_sequence_packed_forward_cpu",  STATUS, (_P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT)),
     ("prl_lltm_sequence_packed_backward_cpu", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64,

@@ -349,6 +349,13 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
     steps, batch, features = input.shape
     state = h0.shape[1]
     rows = d_gates.view(steps * batch, 3 * state)
+    if d_gates.is_cpu and d_weights.is_contiguous() and _cpu_products_in_library(steps * batch, state, features):
+        # the same two products by the library's: d_gates @ W_x and d_gates^T @ [h_{t-1}, x_t]
+        _library_mm(rows, weights[:, state:], d_input.view(steps * batch, features))
+        x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
+        _library_mm(rows, x.view(steps * batch, state + features), d_weights, transpose_a=True)
+        torch.sum(rows, dim=0, out=d_bias)
+        return
     torch.mm(rows, weights[:, state:], out=d_input.view(steps * batch, features))
     # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps
     if d_gates.is_cuda:
@@ -365,6 +372,36 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
         x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
         torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
     torch.sum(rows, dim=0, out=d_bias)
+
+
+# A CPU sequence's gradient products of all steps (_gradients_of_all_steps) are the library's
+# where torch's GEMMs do not come first, from 32 features and this many multiply-adds in the
+# input gradient (T*B x 3S x I) up: on an AMD EPYC with AVX-512 (2 threads, torch 2.13.0) that
+# took 0.74-0.92x the fwd+bwd time at six of the sweep's sizes from 2^24.2 multiply-adds, but
+# 1.12-1.18x at (64, 8, 128, 64), 2^23.6, where packing and transposing outweigh the products
+# (benchmarks/NOTES.md).
+GRADIENT_PRODUCTS_IN_LIBRARY_FROM = 1 << 24
+
+
+def _cpu_products_in_library(rows: int, state: int, features: int) -> bool:
+    """Whether a CPU sequence's gradient products (_gradients_of_all_steps) are the library's
+    (prl_matmul_cpu) rather than torch's GEMMs: where torch's GEMMs do not come first
+    (_threads.torch_gemms_first: CPUs other than Intel's), from 32 features
+    (INPUT_HALF_IN_LIBRARY_FROM_FEATURES) and GRADIENT_PRODUCTS_IN_LIBRARY_FROM multiply-adds."""
+    return (features >= INPUT_HALF_IN_LIBRARY_FROM_FEATURES
+            and rows * features * 3 * state >= GRADIENT_PRODUCTS_IN_LIBRARY_FROM and not _threads.torch_gemms_first())
+
+
+_matmul_kernel = Kernel("matmul", cuda=False)
+
+
+def _library_mm(a: Tensor, b: Tensor, out: Tensor, transpose_a: bool = False) -> None:
+    """out = a @ b (a^T @ b with transpose_a) by the library's product; a, b and out CPU
+    matrices of one dtype whose rows are contiguous."""
+    m, n = out.shape
+    k = a.shape[0] if transpose_a else a.shape[1]
+    _matmul_kernel(out, a.data_ptr(), a.stride(0), int(transpose_a), b.data_ptr(), b.stride(0), out.data_ptr(),
+                   out.stride(0), m, n, k, DTYPE_CODES[out.dtype])
 
 
 def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,

@@ -1174,6 +1174,71 @@ def test_cpu_large_input_half(monkeypatch, blas):
         assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5), (shape, (got.double() - want).abs().max())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_cpu_matmul(dtype):
+    """prl_matmul_cpu: c = a @ b and a^T @ b against float64 products of the same stored values,
+    with row strides longer than the rows (only each row's first elements read or written: the
+    rest of c stays as it was), every element of c written (NaN-filled), k = 0 (zeros), m = 0,
+    and errors that name the argument."""
+    lib, code = pyroundlib._ffi.library(), pyroundlib._common.DTYPE_CODES[dtype]
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    gen = torch.Generator().manual_seed(7)
+    m, n, k = 53, 37, 29
+    for transposed in (0, 1):
+        a_full = torch.randn((k, m + 3) if transposed else (m, k + 3), generator=gen, dtype=torch.float64).to(dtype)
+        a = a_full[:, :m] if transposed else a_full[:, :k]
+        b_full = torch.randn(k, n + 5, generator=gen, dtype=torch.float64).to(dtype)
+        b = b_full[:, :n]
+        c_full = torch.full((m, n + 2), float("nan"), dtype=dtype)
+        lib.prl_matmul_cpu(a.data_ptr(), a.stride(0), transposed, b.data_ptr(), b.stride(0), c_full.data_ptr(),
+                           c_full.stride(0), m, n, k, code)
+        want = (a.double().t() if transposed else a.double()) @ b.double()
+        c = c_full[:, :n]
+        assert not c.isnan().any() and c_full[:, n:].isnan().all()
+        assert torch.allclose(c.double(), want, rtol=tol, atol=tol), (transposed, (c.double() - want).abs().max())
+    zeros = torch.full((4, 3), float("nan"), dtype=dtype)
+    lib.prl_matmul_cpu(None, 1, 0, None, 3, zeros.data_ptr(), 3, 4, 3, 0, code)
+    assert (zeros == 0).all()
+    lib.prl_matmul_cpu(None, 5, 0, None, 3, None, 3, 0, 3, 5, code)
+    x = torch.ones(8, 8, dtype=dtype)
+    for args, name in [((x.data_ptr(), 8, 2, x.data_ptr(), 8, x.data_ptr(), 8, 8, 8, 8, code), "'transpose_a'"),
+                       ((x.data_ptr(), 8, 0, x.data_ptr(), 8, x.data_ptr(), 8, -1, 8, 8, code), "'m'"),
+                       ((x.data_ptr(), 8, 0, x.data_ptr(), 8, x.data_ptr(), 8, 8, 8, -2, code), "'k'"),
+                       ((x.data_ptr(), 4, 0, x.data_ptr(), 8, x.data_ptr(), 8, 8, 8, 8, code), "lda=4"),
+                       ((None, 8, 0, x.data_ptr(), 8, x.data_ptr(), 8, 8, 8, 8, code), "'a'"),
+                       ((x.data_ptr(), 8, 0, x.data_ptr(), 8, None, 8, 8, 8, 8, code), "'c'")]:
+        with pytest.raises(pyroundlib.InvalidArgumentError, match=name):
+            lib.prl_matmul_cpu(*args)
+    with pytest.raises(pyroundlib.UnsupportedDtypeError):
+        lib.prl_matmul_cpu(x.data_ptr(), 8, 0, x.data_ptr(), 8, x.data_ptr(), 8, 8, 8, 8, 17)
+
+
+@pytest.mark.parametrize("blas", ["0", "1"])
+def test_cpu_gradient_products(monkeypatch, blas):
+    """A CPU sequence's input and weight gradients of all steps: the library's products where
+    torch's GEMMs do not come first (=0; CPUs other than Intel's), torch's GEMMs with =1; both
+    against the float64 reference's gradients, on the library loop and the step loop."""
+    monkeypatch.setenv(_threads.BLAS_ENV_VAR, blas)
+    calls = []
+    kernel = sequence._matmul_kernel
+    monkeypatch.setattr(sequence, "_matmul_kernel", lambda t, *args: (calls.append(args[2]), kernel(t, *args)))
+    steps, batch, features, state = 20, 32, 96, 128  # 640 rows x 96 features x 384 gates >= 2^24
+    assert sequence._cpu_products_in_library(steps * batch, state, features) == (blas == "0")
+    for route in ("1", "0"):
+        monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+        args = seq_args(steps, batch, features, state, torch.float32, "cpu")
+        calls.clear()
+        output, (h, c) = pyroundlib.lltm_sequence(args[0], args[1], args[2], (args[3], args[4]))
+        grad = torch.randn_like(output)
+        got = torch.autograd.grad(output, args, grad)
+        assert calls == ([0, 1] if blas == "0" else []), (route, calls)
+        ref = [t.detach().double().requires_grad_() for t in args]
+        want_out, _, _ = reference(*ref)
+        want = torch.autograd.grad(want_out, ref, grad.double())
+        for name, g, w in zip(["input", "weights", "bias", "h0", "c0"], got, want):
+            assert torch.allclose(g.double(), w, rtol=1e-4, atol=1e-4), (route, name, (g.double() - w).abs().max())
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_cuda_input_half_by_torch(monkeypatch, dtype):

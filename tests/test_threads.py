@@ -368,6 +368,38 @@ def test_input_half_split_among_threads_is_bitwise_the_same(cpu_threads, runner)
         assert {n for n, _ in calls} == {2, 3, 5, 8, 16}, calls
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_matmul_split_among_threads_is_bitwise_the_same(cpu_threads, runner):
+    """prl_matmul_cpu splits blocks of c's rows among the threads as the input half does: c and
+    its transposed form bit for bit the one-thread ones at 2-16 threads on every runner, every
+    element written (NaN-filled), within float32's rounding of float64 products."""
+    lib, calls = _ffi.library(), []
+    given = {"own workers": (None, None), "OpenMP runtime": _threads.openmp_runtime(),
+             "Python threads": (python_runner(calls), None),
+             "numbered Python threads": python_runner(calls, numbered=True)}[runner]
+    if runner == "OpenMP runtime" and not given[0]:
+        pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
+    m, n, k = 500, 70, 96  # up to 11 blocks of 48 rows or 21 of 24, 500 x 96 x 96 multiply-adds
+    gen = torch.Generator().manual_seed(12)
+    a, at = torch.randn(m, k, generator=gen), torch.randn(k, m, generator=gen)
+    b = torch.randn(k, n, generator=gen)
+    for transposed, left in [(0, a), (1, at)]:
+        want = (left.double().t() if transposed else left.double()) @ b.double()
+        results = []
+        for threads in (1, 2, 3, 5, 8, 16):
+            cpu_threads(threads, *given)
+            _threads.follow_torch()  # the fixture's: the library's thread count
+            c = torch.full((m, n), float("nan"))
+            lib.prl_matmul_cpu(left.data_ptr(), left.stride(0), transposed, b.data_ptr(), n, c.data_ptr(), n, m, n, k,
+                               DTYPE_CODES[torch.float32])
+            assert not c.isnan().any() and torch.allclose(c.double(), want, rtol=1e-5, atol=1e-4), (transposed, threads)
+            results.append(c)
+        for threads, c in zip((2, 3, 5, 8, 16), results[1:]):
+            assert torch.equal(results[0], c), (transposed, threads)
+    if runner.endswith("Python threads"):
+        assert {n for n, _ in calls} >= {2, 3, 5, 8, 16}, calls
+
+
 @pytest.mark.parametrize("numbered", [False, True])
 def test_every_region_asks_for_all_threads(cpu_threads, numbered):
     """Every parallel region asks the runner for all of prl_cpu_threads(), however few its

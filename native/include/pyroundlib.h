@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 13
+#define PRL_ABI_VERSION 14
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -247,6 +247,14 @@ PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_output, const
  *   other than Intel's from 32 features up. */
 PRL_API prl_status prl_lltm_input_half_cpu(const void *input, const void *weights, const void *bias, void *gates,
                                            int64_t rows, int64_t features, int64_t state, int dtype);
+/* prl_matmul_cpu: c = op(a) @ b by the same product: op(a) [m, k] is a [m, k] (transpose_a 0)
+ *   or the transpose of a [k, m] (transpose_a 1), a's rows lda elements apart; b [k, n], rows
+ *   ldb apart; c [m, n], rows ldc apart.  Sums in float32 (float64 for float64), each element
+ *   one sum over k in order, stored in the dtype; blocks of c's rows split among the threads
+ *   where each part has 2^18 multiply-adds or more (the same bits at any thread count).  The
+ *   Python package takes it for a CPU sequence's gradient products on CPUs other than Intel's. */
+PRL_API prl_status prl_matmul_cpu(const void *a, int64_t lda, int transpose_a, const void *b, int64_t ldb, void *c,
+                                  int64_t ldc, int64_t m, int64_t n, int64_t k, int dtype);
 /* prl_lltm_sequence_packed_forward_cpu / _backward_cpu: the same over a packed batch of
  *   sequences of different lengths (a PackedSequence's data), each run exactly its own steps.
  *   batch_sizes [T] (host memory): step t has the first batch_sizes[t] rows of the batch

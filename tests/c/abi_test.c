@@ -248,6 +248,33 @@ static void test_input_half_cpu(void) {
     CHECK(prl_lltm_input_half_cpu(NULL, NULL, NULL, NULL, 0, I, S, PRL_FLOAT32) == PRL_SUCCESS);
 }
 
+static void test_matmul_cpu(void) {
+    enum { M = 7, N = 5, K = 4, LDA = K + 1, LDAT = M + 2, LDB = N + 3, LDC = N + 1 };
+    double a[M * LDA], at[K * LDAT], b[K * LDB], c[M * LDC], ct[M * LDC];
+    for (int i = 0; i < M * LDA; ++i) a[i] = 0.1 * ((i * 5) % 9) - 0.4;
+    for (int i = 0; i < K * LDAT; ++i) at[i] = 0.1 * ((i * 3) % 7) - 0.3;
+    for (int i = 0; i < K * LDB; ++i) b[i] = 0.1 * ((i * 7) % 11) - 0.5;
+    for (int i = 0; i < M * LDC; ++i) c[i] = ct[i] = -99.0;
+    CHECK(prl_matmul_cpu(a, LDA, 0, b, LDB, c, LDC, M, N, K, PRL_FLOAT64) == PRL_SUCCESS);
+    CHECK(prl_matmul_cpu(at, LDAT, 1, b, LDB, ct, LDC, M, N, K, PRL_FLOAT64) == PRL_SUCCESS);
+    for (int r = 0; r < M; ++r) {
+        for (int j = 0; j < N; ++j) {
+            double sum = 0, sum_t = 0;
+            for (int i = 0; i < K; ++i) {
+                sum += a[r * LDA + i] * b[i * LDB + j];
+                sum_t += at[i * LDAT + r] * b[i * LDB + j];
+            }
+            CHECK(fabs(c[r * LDC + j] - sum) < 1e-12 && fabs(ct[r * LDC + j] - sum_t) < 1e-12);
+        }
+        CHECK(c[r * LDC + N] == -99.0 && ct[r * LDC + N] == -99.0); /* past the row: untouched */
+    }
+    EXPECT_ERROR(prl_matmul_cpu(a, LDA, 2, b, LDB, c, LDC, M, N, K, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT,
+                 "'transpose_a'");
+    EXPECT_ERROR(prl_matmul_cpu(a, 2, 0, b, LDB, c, LDC, M, N, K, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "lda=2");
+    EXPECT_ERROR(prl_matmul_cpu(a, LDA, 0, b, LDB, NULL, LDC, M, N, K, PRL_FLOAT64), PRL_ERROR_INVALID_ARGUMENT, "'c'");
+    EXPECT_ERROR(prl_matmul_cpu(a, LDA, 0, b, LDB, c, LDC, M, N, K, 9), PRL_ERROR_UNSUPPORTED_DTYPE, "9");
+}
+
 /* The sequence functions split the batch among prl_set_cpu_threads() threads, run by the
  * library's workers or by a prl_set_cpu_parallel runner; every output is bit-for-bit the
  * one-thread result (each row's recurrence is computed the same way whichever thread runs
@@ -406,6 +433,7 @@ int main(void) {
     RUN(test_sequence_cpu);
     RUN(test_sequence_packed_cpu);
     RUN(test_input_half_cpu);
+    RUN(test_matmul_cpu);
     RUN(test_cpu_threads);
     RUN(test_errors);
     if (failures) {
