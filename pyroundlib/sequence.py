@@ -349,14 +349,10 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
     steps, batch, features = input.shape
     state = h0.shape[1]
     rows = d_gates.view(steps * batch, 3 * state)
-    if d_gates.is_cpu and d_weights.is_contiguous() and _cpu_products_in_library(steps * batch, state, features):
-        # the same two products by the library's: d_gates @ W_x and d_gates^T @ [h_{t-1}, x_t]
+    if d_gates.is_cpu and _cpu_product_in_library(features):
         _library_mm(rows, weights[:, state:], d_input.view(steps * batch, features))
-        x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
-        _library_mm(rows, x.view(steps * batch, state + features), d_weights, transpose_a=True)
-        torch.sum(rows, dim=0, out=d_bias)
-        return
-    torch.mm(rows, weights[:, state:], out=d_input.view(steps * batch, features))
+    else:
+        torch.mm(rows, weights[:, state:], out=d_input.view(steps * batch, features))
     # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps
     if d_gates.is_cuda:
         # three products straight into d_weights' column blocks (cuBLAS writes a block with
@@ -370,26 +366,22 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
         # one product over a [T*B, S+I] copy of what the steps read: on the CPU faster than
         # column-block products (78 against 125 us at T = 8, B = 32)
         x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
-        torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
+        if d_gates.is_cpu and d_weights.is_contiguous() and _cpu_product_in_library(state + features):
+            _library_mm(rows, x.view(steps * batch, state + features), d_weights, transpose_a=True)
+        else:
+            torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
     torch.sum(rows, dim=0, out=d_bias)
 
 
-# A CPU sequence's gradient products of all steps (_gradients_of_all_steps) are the library's
-# where torch's GEMMs do not come first, from 32 features and this many multiply-adds in the
-# input gradient (T*B x 3S x I) up: on an AMD EPYC with AVX-512 (2 threads, torch 2.13.0) that
-# took 0.74-0.92x the fwd+bwd time at six of the sweep's sizes from 2^24.2 multiply-adds, but
-# 1.12-1.18x at (64, 8, 128, 64), 2^23.6, where packing and transposing outweigh the products
-# (benchmarks/NOTES.md).
-GRADIENT_PRODUCTS_IN_LIBRARY_FROM = 1 << 24
-
-
-def _cpu_products_in_library(rows: int, state: int, features: int) -> bool:
-    """Whether a CPU sequence's gradient products (_gradients_of_all_steps) are the library's
-    (prl_matmul_cpu) rather than torch's GEMMs: where torch's GEMMs do not come first
-    (_threads.torch_gemms_first: CPUs other than Intel's), from 32 features
-    (INPUT_HALF_IN_LIBRARY_FROM_FEATURES) and GRADIENT_PRODUCTS_IN_LIBRARY_FROM multiply-adds."""
-    return (features >= INPUT_HALF_IN_LIBRARY_FROM_FEATURES
-            and rows * features * 3 * state >= GRADIENT_PRODUCTS_IN_LIBRARY_FROM and not _threads.torch_gemms_first())
+def _cpu_product_in_library(columns: int) -> bool:
+    """Whether a CPU sequence's gradient product of all steps with this many columns
+    (_gradients_of_all_steps: the input gradient's I, the weight gradient's S + I) is the
+    library's (prl_matmul_cpu) rather than torch's GEMM: where torch's GEMMs do not come first
+    (_threads.torch_gemms_first: CPUs other than Intel's) and the columns fill a register tile's
+    32 (INPUT_HALF_IN_LIBRARY_FROM_FEATURES).  On an AMD EPYC with AVX-512 (2 threads, torch
+    2.13.0) the library's took 0.48-0.64x torch's time at 2^23-2^31 multiply-adds, 0.79-0.89x at
+    2^18-2^21; with 16 columns 0.98 (benchmarks/NOTES.md)."""
+    return columns >= INPUT_HALF_IN_LIBRARY_FROM_FEATURES and not _threads.torch_gemms_first()
 
 
 _matmul_kernel = Kernel("matmul", cuda=False)

@@ -1216,27 +1216,32 @@ def test_cpu_matmul(dtype):
 @pytest.mark.parametrize("blas", ["0", "1"])
 def test_cpu_gradient_products(monkeypatch, blas):
     """A CPU sequence's input and weight gradients of all steps: the library's products where
-    torch's GEMMs do not come first (=0; CPUs other than Intel's), torch's GEMMs with =1; both
-    against the float64 reference's gradients, on the library loop and the step loop."""
+    torch's GEMMs do not come first (=0; CPUs other than Intel's) and the product has 32 columns
+    or more (the input gradient's I, the weight gradient's S + I), torch's GEMMs otherwise and
+    with =1; all against the float64 reference's gradients, on the library loop and the step
+    loop."""
     monkeypatch.setenv(_threads.BLAS_ENV_VAR, blas)
     calls = []
     kernel = sequence._matmul_kernel
     monkeypatch.setattr(sequence, "_matmul_kernel", lambda t, *args: (calls.append(args[2]), kernel(t, *args)))
-    steps, batch, features, state = 20, 32, 96, 128  # 640 rows x 96 features x 384 gates >= 2^24
-    assert sequence._cpu_products_in_library(steps * batch, state, features) == (blas == "0")
-    for route in ("1", "0"):
-        monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
-        args = seq_args(steps, batch, features, state, torch.float32, "cpu")
-        calls.clear()
-        output, (h, c) = pyroundlib.lltm_sequence(args[0], args[1], args[2], (args[3], args[4]))
-        grad = torch.randn_like(output)
-        got = torch.autograd.grad(output, args, grad)
-        assert calls == ([0, 1] if blas == "0" else []), (route, calls)
-        ref = [t.detach().double().requires_grad_() for t in args]
-        want_out, _, _ = reference(*ref)
-        want = torch.autograd.grad(want_out, ref, grad.double())
-        for name, g, w in zip(["input", "weights", "bias", "h0", "c0"], got, want):
-            assert torch.allclose(g.double(), w, rtol=1e-4, atol=1e-4), (route, name, (g.double() - w).abs().max())
+    # (steps, batch, features, state), which products the library runs (transpose_a: 0 the input
+    # gradient's, 1 the weight gradient's); k = T*B = 512, a power of two, in the first
+    for size, library in [((16, 32, 96, 64), [0, 1]), ((6, 5, 16, 24), [1]), ((7, 3, 4, 16), [])]:
+        steps, batch, features, state = size
+        for route in ("1", "0"):
+            monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, route)
+            args = seq_args(steps, batch, features, state, torch.float32, "cpu")
+            calls.clear()
+            output, (h, c) = pyroundlib.lltm_sequence(args[0], args[1], args[2], (args[3], args[4]))
+            grad = torch.randn_like(output)
+            got = torch.autograd.grad(output, args, grad)
+            assert calls == (library if blas == "0" else []), (size, route, calls)
+            ref = [t.detach().double().requires_grad_() for t in args]
+            want_out, _, _ = reference(*ref)
+            want = torch.autograd.grad(want_out, ref, grad.double())
+            for name, g, w in zip(["input", "weights", "bias", "h0", "c0"], got, want):
+                assert torch.allclose(g.double(), w, rtol=1e-4, atol=1e-4), (size, route, name,
+                                                                             (g.double() - w).abs().max())
 
 
 @requires_cuda
