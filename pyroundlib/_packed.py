@@ -222,9 +222,11 @@ def _backward(grad_output, grad_c_n, data, weights, h0, c0, output, cells, gates
     else:
         _backward_steps(grad_output, torch.zeros_like(c0) if grad_c_n is None else grad_c_n, gates,
                         weights[:, :state], c0, cells, d_gates, d_h0, d_c0, pack)
-    d_data = d_gates @ weights[:, state:]
     inputs = torch.cat([torch.cat([h0, output]).index_select(0, pack.previous), data], dim=1)
-    return d_data, d_gates.t() @ inputs, d_gates.sum(0), d_h0, d_c0
+    d_data, d_weights = torch.empty_like(data), torch.empty_like(weights)
+    sequence.cpu_product(d_gates, weights[:, state:], d_data)  # torch.mm, or the library's on some CPUs
+    sequence.cpu_product(d_gates, inputs, d_weights, transpose_a=True)
+    return d_data, d_weights, d_gates.sum(0), d_h0, d_c0
 
 
 # ---- the recurrence step by step: CUDA, where the persistent kernels do not fit ------------------

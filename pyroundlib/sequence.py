@@ -349,10 +349,7 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
     steps, batch, features = input.shape
     state = h0.shape[1]
     rows = d_gates.view(steps * batch, 3 * state)
-    if d_gates.is_cpu and _cpu_product_in_library(features):
-        _library_mm(rows, weights[:, state:], d_input.view(steps * batch, features))
-    else:
-        torch.mm(rows, weights[:, state:], out=d_input.view(steps * batch, features))
+    cpu_product(rows, weights[:, state:], d_input.view(steps * batch, features))
     # the weight gradient: d_gates^T @ [h_{t-1}, x_t] over all steps
     if d_gates.is_cuda:
         # three products straight into d_weights' column blocks (cuBLAS writes a block with
@@ -366,10 +363,7 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
         # one product over a [T*B, S+I] copy of what the steps read: on the CPU faster than
         # column-block products (78 against 125 us at T = 8, B = 32)
         x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
-        if d_gates.is_cpu and d_weights.is_contiguous() and _cpu_product_in_library(state + features):
-            _library_mm(rows, x.view(steps * batch, state + features), d_weights, transpose_a=True)
-        else:
-            torch.mm(rows.t(), x.view(steps * batch, state + features), out=d_weights)
+        cpu_product(rows, x.view(steps * batch, state + features), d_weights, transpose_a=True)
     torch.sum(rows, dim=0, out=d_bias)
 
 
@@ -387,13 +381,18 @@ def _cpu_product_in_library(columns: int) -> bool:
 _matmul_kernel = Kernel("matmul", cuda=False)
 
 
-def _library_mm(a: Tensor, b: Tensor, out: Tensor, transpose_a: bool = False) -> None:
-    """out = a @ b (a^T @ b with transpose_a) by the library's product; a, b and out CPU
-    matrices of one dtype whose rows are contiguous."""
-    m, n = out.shape
-    k = a.shape[0] if transpose_a else a.shape[1]
-    _matmul_kernel(out, a.data_ptr(), a.stride(0), int(transpose_a), b.data_ptr(), b.stride(0), out.data_ptr(),
-                   out.stride(0), m, n, k, DTYPE_CODES[out.dtype])
+def cpu_product(a: Tensor, b: Tensor, out: Tensor, transpose_a: bool = False) -> None:
+    """out = a @ b (a^T @ b with transpose_a), matrices of one dtype: a CPU sequence's gradient
+    products of all steps.  The library's product (prl_matmul_cpu) where
+    _cpu_product_in_library says so for out's columns and each matrix's rows are contiguous,
+    else torch.mm."""
+    if a.is_cpu and _cpu_product_in_library(out.shape[1]) and a.stride(1) == b.stride(1) == out.stride(1) == 1:
+        m, n = out.shape
+        k = a.shape[0] if transpose_a else a.shape[1]
+        _matmul_kernel(out, a.data_ptr(), max(1, a.stride(0)), int(transpose_a), b.data_ptr(), max(1, b.stride(0)),
+                       out.data_ptr(), max(1, out.stride(0)), m, n, k, DTYPE_CODES[out.dtype])
+    else:
+        torch.mm(a.t() if transpose_a else a, b, out=out)
 
 
 def _backward_loop(grad_output: Tensor, grad_c_n: Tensor, input: Tensor, weights: Tensor, h0: Tensor,

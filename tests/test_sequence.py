@@ -1244,6 +1244,32 @@ def test_cpu_gradient_products(monkeypatch, blas):
                                                                              (g.double() - w).abs().max())
 
 
+def test_cpu_gradient_products_of_a_pack(monkeypatch):
+    """A packed batch's input and weight gradients on the CPU (LLTMLayer over a PackedSequence):
+    the library's products where torch's GEMMs do not come first (=0), torch's with =1; the
+    two agree, and the library ran both products (a [rows, 3S] x [3S, I] and a transposed
+    [3S, rows] x [rows, S + I])."""
+    calls = []
+    kernel = sequence._matmul_kernel
+    monkeypatch.setattr(sequence, "_matmul_kernel", lambda t, *args: (calls.append(args[2]), kernel(t, *args)))
+    torch.manual_seed(3)
+    layer = pyroundlib.LLTMLayer(40, 32).double()
+    lengths = [9, 4, 7, 2, 9]
+    x = torch.randn(9, 5, 40, dtype=torch.float64)
+    results = {}
+    for blas in ("0", "1"):
+        monkeypatch.setenv(_threads.BLAS_ENV_VAR, blas)
+        calls.clear()
+        xs = x.clone().requires_grad_()
+        pack = torch.nn.utils.rnn.pack_padded_sequence(xs, lengths, enforce_sorted=False)
+        out, (h, c) = layer(pack)
+        loss = (out.data * torch.linspace(0.5, 1.5, 32, dtype=torch.float64)).sum() + 2 * h.sum() + 3 * c.sum()
+        results[blas] = torch.autograd.grad(loss, [xs, *layer.parameters()])
+        assert sorted(calls) == ([0, 1] if blas == "0" else []), (blas, calls)
+    for a, b in zip(results["0"], results["1"]):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-10), (a - b).abs().max()
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_cuda_input_half_by_torch(monkeypatch, dtype):
