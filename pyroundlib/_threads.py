@@ -17,8 +17,9 @@ to 111 us).  They remain for C callers (prl_set_cpu_threads without prl_set_cpu_
 The sequence loop multiplies small batches (at most 4 rows) with the BLAS torch's CPU GEMMs
 use, where one exports the standard sgemm_/dgemm_ (torch's x86-64 wheels: MKL, inside
 libtorch_cpu) and the CPU is Intel's; everything else with the library's own register-tiled
-product (PYROUNDLIB_CPU_BLAS=0: always).  Likewise a large input half: torch's GEMM on Intel
-CPUs, the library's product, split among the same threads, elsewhere (torch_gemms_first).
+product (PYROUNDLIB_CPU_BLAS=0: always).  Likewise a large input half and the gradient
+products of all steps: torch's GEMMs on Intel CPUs, the library's product, split among the same
+threads, elsewhere (torch_gemms_first).
 """
 from __future__ import annotations
 
@@ -109,9 +110,10 @@ def blas_gemm(any_cpu: bool = False) -> Tuple[Optional[int], Optional[int]]:
 
 def torch_gemms_first() -> bool:
     """Whether a product both torch's CPU GEMM and the library's can run (a sequence's input
-    half) goes to torch's: on Intel CPUs, whose MKL is the faster there, or on any CPU with
-    PYROUNDLIB_CPU_BLAS=1; never with =0.  Elsewhere MKL took 1.2-2x the library's time on large
-    input halves (an AMD EPYC with AVX-512, torch 2.13.0: benchmarks/NOTES.md)."""
+    half, its gradient products of all steps) goes to torch's: on Intel CPUs, whose MKL is the
+    faster there, or on any CPU with PYROUNDLIB_CPU_BLAS=1; never with =0.  Elsewhere MKL took
+    1.1-2.1x the library's time from 32 columns on (an AMD EPYC with AVX-512, torch 2.13.0:
+    benchmarks/NOTES.md)."""
     choice = os.environ.get(BLAS_ENV_VAR, "")
     return choice == "1" if choice in ("0", "1") else _intel_cpu()
 

@@ -115,9 +115,9 @@ INPUT_HALF_BY_TORCH_FROM_FLOAT32 = 1 << 28
 INPUT_HALF_IN_LIBRARY_BELOW = 1 << 19
 # Larger ones too where torch's GEMMs do not come first (_threads.torch_gemms_first: CPUs other
 # than Intel's) and W_x has at least this many columns: on an AMD EPYC with AVX-512 (2 threads,
-# torch 2.13.0) the library's product took 0.51-0.86x the time of torch's GEMM from 32 features,
-# 0.94 at 24, 1.16-1.33 at 8-16, where writing the gates twice (the product's block, then with
-# the bias) outweighs its multiply-adds (benchmarks/NOTES.md).
+# torch 2.13.0) the library's product took 0.48-0.72x the time of torch's GEMM from 32 features,
+# 0.78-0.94 at 24 and 0.93-1.30 at 16, where a panel of 32 columns is half padding
+# (benchmarks/NOTES.md).
 INPUT_HALF_IN_LIBRARY_FROM_FEATURES = 32
 
 
@@ -381,16 +381,21 @@ def _cpu_product_in_library(columns: int) -> bool:
 _matmul_kernel = Kernel("matmul", cuda=False)
 
 
+def _rows_contiguous(t: Tensor) -> bool:
+    """Whether matrix t's rows are contiguous, each at least a row's length after the last."""
+    return t.stride(1) == 1 and t.stride(0) >= max(1, t.shape[1])
+
+
 def cpu_product(a: Tensor, b: Tensor, out: Tensor, transpose_a: bool = False) -> None:
     """out = a @ b (a^T @ b with transpose_a), matrices of one dtype: a CPU sequence's gradient
     products of all steps.  The library's product (prl_matmul_cpu) where
     _cpu_product_in_library says so for out's columns and each matrix's rows are contiguous,
     else torch.mm."""
-    if a.is_cpu and _cpu_product_in_library(out.shape[1]) and a.stride(1) == b.stride(1) == out.stride(1) == 1:
+    if a.is_cpu and _cpu_product_in_library(out.shape[1]) and all(map(_rows_contiguous, (a, b, out))):
         m, n = out.shape
         k = a.shape[0] if transpose_a else a.shape[1]
-        _matmul_kernel(out, a.data_ptr(), max(1, a.stride(0)), int(transpose_a), b.data_ptr(), max(1, b.stride(0)),
-                       out.data_ptr(), max(1, out.stride(0)), m, n, k, DTYPE_CODES[out.dtype])
+        _matmul_kernel(out, a.data_ptr(), a.stride(0), int(transpose_a), b.data_ptr(), b.stride(0), out.data_ptr(),
+                       out.stride(0), m, n, k, DTYPE_CODES[out.dtype])
     else:
         torch.mm(a.t() if transpose_a else a, b, out=out)
 

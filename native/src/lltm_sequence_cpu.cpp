@@ -660,8 +660,8 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
 // threads to pay (sequence.INPUT_HALF_IN_LIBRARY_BELOW): on a 16-core Xeon torch's MKL ran
 // [170-199, 8] x [8, 192] on a team of 4-6 of its 16 OpenMP threads, libgomp ended the surplus
 // threads, and the library's next full-size region started them again, 10-12 thread starts a
-// call; and, on CPUs other than Intel's, all of them: MKL's product took 1.4-1.7x the library's
-// time on an AMD EPYC with AVX-512 (benchmarks/NOTES.md).  Each element is one sum over the
+// call; and, on CPUs other than Intel's, those of 32 features or more: MKL's product took
+// 1.4-2.1x the library's time on an AMD EPYC with AVX-512 (benchmarks/NOTES.md).  Each element is one sum over the
 // features in order, then + bias, whichever part computes it.
 template <typename T>
 void input_half(const T *input, const T *weights, const T *bias, T *gates, int64_t rows, int64_t features,
@@ -694,7 +694,7 @@ void input_half(const T *input, const T *weights, const T *bias, T *gates, int64
 // transpose of a [k, m] (row stride lda); b [k, n] (row stride ldb) packed in panels; c [m, n]
 // (row stride ldc).  Blocks of rows split among the threads as in input_half; each element is
 // one sum over k in order.  The backward's gradient products on CPUs other than Intel's
-// (sequence._gradients_of_all_steps), where MKL's took 1.1-2x the library's time.
+// (sequence.cpu_product), where MKL's took 1.1-2.1x the library's time from 32 columns on.
 template <typename T>
 void matmul(const T *a, int64_t lda, bool transposed, const T *b, int64_t ldb, T *c, int64_t ldc, int64_t m,
             int64_t n, int64_t k) {
