@@ -285,6 +285,17 @@ def test_blas_off_by_environment(monkeypatch):
 RUNNERS = ["own workers", "OpenMP runtime", "Python threads", "numbered Python threads"]
 
 
+def runner_given(runner, calls):
+    """(prl_parallel_fn, prl_thread_num_fn) of one of RUNNERS, for the cpu_threads fixture
+    (skips where torch's OpenMP runtime is not found); the Python runners record their calls."""
+    given = {"own workers": (None, None), "OpenMP runtime": _threads.openmp_runtime(),
+             "Python threads": (python_runner(calls), None),
+             "numbered Python threads": python_runner(calls, numbered=True)}[runner]
+    if runner == "OpenMP runtime" and not given[0]:
+        pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
+    return given
+
+
 # (steps, batch, state, the library's own product): the loop's splits (native/src/lltm_sequence_cpu.cpp, Plan)
 SPLITS = {"rows": (8, 23, 64, True),  # 23 rows: tiles of 3 or 6, the last short, split among the threads
           # 23 rows in up to 5 parts of 4-5 rows, fewer than a 6-row tile (AVX-512), at least 2^21
@@ -313,11 +324,7 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
     if not own and not gemm[0]:
         pytest.skip("torch exports no BLAS (test_blas_is_found says where one must be)")
     lib.prl_set_cpu_gemm(*gemm)  # the fixture hands back what pyroundlib gave
-    given = {"own workers": (None, None), "OpenMP runtime": _threads.openmp_runtime(),
-             "Python threads": (python_runner(calls), None),
-             "numbered Python threads": python_runner(calls, numbered=True)}[runner]
-    if runner == "OpenMP runtime" and not given[0]:
-        pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
+    given = runner_given(runner, calls)
     for dtype in (torch.float32, torch.bfloat16):
         cpu_threads(1, *given)
         alone = sequence_results(steps, dtype=dtype, batch=batch, state=state)
@@ -340,11 +347,7 @@ def test_input_half_split_among_threads_is_bitwise_the_same(cpu_threads, runner)
     for bit the one-thread ones at 2-16 threads on every runner, every element written (the
     buffer starts as NaN), and within the dtype's rounding of float64 sums."""
     lib, calls = _ffi.library(), []
-    given = {"own workers": (None, None), "OpenMP runtime": _threads.openmp_runtime(),
-             "Python threads": (python_runner(calls), None),
-             "numbered Python threads": python_runner(calls, numbered=True)}[runner]
-    if runner == "OpenMP runtime" and not given[0]:
-        pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
+    given = runner_given(runner, calls)
     rows, features, state = 601, 40, 64
     gen = torch.Generator().manual_seed(11)
     for dtype, tol in [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)]:
@@ -374,11 +377,7 @@ def test_matmul_split_among_threads_is_bitwise_the_same(cpu_threads, runner):
     its transposed form bit for bit the one-thread ones at 2-16 threads on every runner, every
     element written (NaN-filled), within float32's rounding of float64 products."""
     lib, calls = _ffi.library(), []
-    given = {"own workers": (None, None), "OpenMP runtime": _threads.openmp_runtime(),
-             "Python threads": (python_runner(calls), None),
-             "numbered Python threads": python_runner(calls, numbered=True)}[runner]
-    if runner == "OpenMP runtime" and not given[0]:
-        pytest.skip("no OpenMP runtime found (test_openmp_runtime_is_found says where one must be)")
+    given = runner_given(runner, calls)
     m, n, k = 500, 70, 96  # up to 11 blocks of 48 rows or 21 of 24, 500 x 96 x 96 multiply-adds
     gen = torch.Generator().manual_seed(12)
     a, at = torch.randn(m, k, generator=gen), torch.randn(k, m, generator=gen)
