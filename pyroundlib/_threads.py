@@ -19,7 +19,7 @@ use, where one exports the standard sgemm_/dgemm_ (torch's x86-64 wheels: MKL, i
 libtorch_cpu) and the CPU is Intel's; everything else with the library's own register-tiled
 product (PYROUNDLIB_CPU_BLAS=0: always).  Likewise a large input half and the gradient
 products of all steps: torch's GEMMs on Intel CPUs, the library's product, split among the same
-threads, elsewhere (torch_gemms_first).
+threads, on other x86 CPUs with AVX-512 (torch_gemms_first).
 """
 from __future__ import annotations
 
@@ -110,12 +110,15 @@ def blas_gemm(any_cpu: bool = False) -> Tuple[Optional[int], Optional[int]]:
 
 def torch_gemms_first() -> bool:
     """Whether a product both torch's CPU GEMM and the library's can run (a sequence's input
-    half, its gradient products of all steps) goes to torch's: on Intel CPUs, whose MKL is the
-    faster there, or on any CPU with PYROUNDLIB_CPU_BLAS=1; never with =0.  Elsewhere MKL took
-    1.1-2.1x the library's time from 32 columns on (an AMD EPYC with AVX-512, torch 2.13.0:
-    benchmarks/NOTES.md)."""
+    half, its gradient products of all steps) goes to torch's: yes on Intel CPUs, whose MKL is
+    the faster there, and on CPUs without AVX-512 (the library's 3-row tiles there have not been
+    measured against their BLAS); no on other x86 CPUs with AVX-512, where MKL took 1.1-2.1x the
+    library's time from 32 columns on (an AMD EPYC, Zen 5, torch 2.13.0: benchmarks/NOTES.md).
+    PYROUNDLIB_CPU_BLAS=1: yes on any CPU; =0: never."""
     choice = os.environ.get(BLAS_ENV_VAR, "")
-    return choice == "1" if choice in ("0", "1") else _intel_cpu()
+    if choice in ("0", "1"):
+        return choice == "1"
+    return _intel_cpu() or "avx512f" not in _cpu_flags()
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,6 +128,17 @@ def _intel_cpu() -> bool:
             return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in info)
     except OSError:
         return False
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_flags() -> frozenset:
+    """The first CPU's feature flags as /proc/cpuinfo lists them (x86 Linux), else empty."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            line = next((line for line in info if line.startswith("flags")), "")
+    except OSError:
+        return frozenset()
+    return frozenset(line.partition(":")[2].split())
 
 
 def follow_torch() -> None:

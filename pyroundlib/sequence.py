@@ -371,7 +371,8 @@ def _cpu_product_in_library(columns: int) -> bool:
     """Whether a CPU sequence's gradient product of all steps with this many columns
     (_gradients_of_all_steps: the input gradient's I, the weight gradient's S + I) is the
     library's (prl_matmul_cpu) rather than torch's GEMM: where torch's GEMMs do not come first
-    (_threads.torch_gemms_first: CPUs other than Intel's) and the columns fill a register tile's
+    (_threads.torch_gemms_first: x86 CPUs other than Intel's with AVX-512) and the columns fill a
+    register tile's
     32 (INPUT_HALF_IN_LIBRARY_FROM_FEATURES).  On an AMD EPYC with AVX-512 (2 threads, torch
     2.13.0) the library's took 0.48-0.64x torch's time at 2^23-2^31 multiply-adds, 0.79-0.89x at
     2^18-2^21; with 16 columns 0.98 (benchmarks/NOTES.md)."""

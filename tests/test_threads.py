@@ -277,6 +277,22 @@ def test_sequence_loop_with_blas_is_the_same_at_any_thread_count(monkeypatch, wi
             assert torch.equal(a, b), (threads, name)
 
 
+@pytest.mark.parametrize("intel, flags, first", [
+    (True, {"avx2", "avx512f"}, True), (False, {"avx2", "avx512f"}, False), (False, {"avx2", "fma"}, True),
+    (False, set(), True)])
+def test_torch_gemms_first_by_cpu(monkeypatch, intel, flags, first):
+    """Which CPUs take the library's products for an input half and the gradient products:
+    x86 CPUs other than Intel's with AVX-512; torch's GEMMs on Intel's and on any CPU without
+    AVX-512 (an AVX2-only AMD CPU, an Arm CPU: no flags); PYROUNDLIB_CPU_BLAS decides over it."""
+    monkeypatch.delenv(_threads.BLAS_ENV_VAR, raising=False)
+    monkeypatch.setattr(_threads, "_intel_cpu", lambda: intel)
+    monkeypatch.setattr(_threads, "_cpu_flags", lambda: frozenset(flags))
+    assert _threads.torch_gemms_first() == first
+    for choice, want in [("0", False), ("1", True)]:
+        monkeypatch.setenv(_threads.BLAS_ENV_VAR, choice)
+        assert _threads.torch_gemms_first() == want
+
+
 def test_blas_off_by_environment(monkeypatch):
     monkeypatch.setenv(_threads.BLAS_ENV_VAR, "0")
     assert _threads.blas_gemm() == (None, None)

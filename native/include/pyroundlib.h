@@ -244,7 +244,7 @@ PRL_API prl_status prl_lltm_sequence_backward_cpu(const void *grad_output, const
  *   the dtype.  The library's own product, its blocks of rows split among the threads
  *   (prl_set_cpu_threads) where each part has 2^18 multiply-adds or more; the same bits at
  *   any thread count.  The Python package takes it below 2^19 multiply-adds, and on CPUs
- *   other than Intel's from 32 features up. */
+ *   other than Intel's with AVX-512 from 32 features up. */
 PRL_API prl_status prl_lltm_input_half_cpu(const void *input, const void *weights, const void *bias, void *gates,
                                            int64_t rows, int64_t features, int64_t state, int dtype);
 /* prl_matmul_cpu: c = op(a) @ b by the same product: op(a) [m, k] is a [m, k] (transpose_a 0)
@@ -252,7 +252,7 @@ PRL_API prl_status prl_lltm_input_half_cpu(const void *input, const void *weight
  *   ldb apart; c [m, n], rows ldc apart.  Sums in float32 (float64 for float64), each element
  *   one sum over k in order, stored in the dtype; blocks of c's rows split among the threads
  *   where each part has 2^18 multiply-adds or more (the same bits at any thread count).  The
- *   Python package takes it for a CPU sequence's gradient products on CPUs other than Intel's. */
+ *   Python package takes it for a CPU sequence's gradient products on the same CPUs. */
 PRL_API prl_status prl_matmul_cpu(const void *a, int64_t lda, int transpose_a, const void *b, int64_t ldb, void *c,
                                   int64_t ldc, int64_t m, int64_t n, int64_t k, int dtype);
 /* prl_lltm_sequence_packed_forward_cpu / _backward_cpu: the same over a packed batch of

@@ -660,7 +660,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
 // threads to pay (sequence.INPUT_HALF_IN_LIBRARY_BELOW): on a 16-core Xeon torch's MKL ran
 // [170-199, 8] x [8, 192] on a team of 4-6 of its 16 OpenMP threads, libgomp ended the surplus
 // threads, and the library's next full-size region started them again, 10-12 thread starts a
-// call; and, on CPUs other than Intel's, those of 32 features or more: MKL's product took
+// call; and, on x86 CPUs other than Intel's with AVX-512, those of 32 features or more: MKL's product took
 // 1.4-2.1x the library's time on an AMD EPYC with AVX-512 (benchmarks/NOTES.md).  Each element is one sum over the
 // features in order, then + bias, whichever part computes it.
 template <typename T>
@@ -693,7 +693,7 @@ void input_half(const T *input, const T *weights, const T *bias, T *gates, int64
 // c = op(a) @ b by the same product: op(a) [m, k] is a (row stride lda) or, transposed, the
 // transpose of a [k, m] (row stride lda); b [k, n] (row stride ldb) packed in panels; c [m, n]
 // (row stride ldc).  Blocks of rows split among the threads as in input_half; each element is
-// one sum over k in order.  The backward's gradient products on CPUs other than Intel's
+// one sum over k in order.  The backward's gradient products on the same CPUs
 // (sequence.cpu_product), where MKL's took 1.1-2.1x the library's time from 32 columns on.
 template <typename T>
 void matmul(const T *a, int64_t lda, bool transposed, const T *b, int64_t ldb, T *c, int64_t ldc, int64_t m,
