@@ -113,11 +113,11 @@ INPUT_HALF_BY_TORCH_FROM_FLOAT32 = 1 << 28
 # of a split (kMinPartWork, native/src/lltm_sequence_cpu.cpp), so a BLAS would not split it
 # either, or should not.
 INPUT_HALF_IN_LIBRARY_BELOW = 1 << 19
-# Larger ones too where torch's GEMMs do not come first (_threads.torch_gemms_first: CPUs other
-# than Intel's) and W_x has at least this many columns: on an AMD EPYC with AVX-512 (2 threads,
-# torch 2.13.0) the library's product took 0.48-0.72x the time of torch's GEMM from 32 features,
-# 0.78-0.94 at 24 and 0.93-1.30 at 16, where a panel of 32 columns is half padding
-# (benchmarks/NOTES.md).
+# Larger ones too where torch's GEMMs do not come first (_threads.torch_gemms_first: x86 CPUs
+# other than Intel's with AVX-512) and W_x has at least this many columns: on an AMD EPYC with
+# AVX-512 (2 threads, torch 2.13.0) the library's product took 0.48-0.72x the time of torch's
+# GEMM from 32 features, 0.78-0.94 at 24 and 0.93-1.30 at 16, where a panel of 32 columns is
+# half padding (benchmarks/NOTES.md).
 INPUT_HALF_IN_LIBRARY_FROM_FEATURES = 32
 
 
