@@ -653,54 +653,13 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
     });
 }
 
-// The input half of every row: gates[r] = input[r] @ W_x^T + bias, W_x the last `features`
-// columns of weights [3S, S + features], by the library's own product (W_x^T packed in panels,
-// then blocks of row tiles), the blocks split among the threads where each part has at least
-// kMinPartWork multiply-adds.  The Python package hands it the products too small for a BLAS's
-// threads to pay (sequence.INPUT_HALF_IN_LIBRARY_BELOW): on a 16-core Xeon torch's MKL ran
-// [170-199, 8] x [8, 192] on a team of 4-6 of its 16 OpenMP threads, libgomp ended the surplus
-// threads, and the library's next full-size region started them again, 10-12 thread starts a
-// call; and, on x86 CPUs other than Intel's with AVX-512, those of 32 features or more: MKL's product took
-// 1.4-2.1x the library's time on an AMD EPYC with AVX-512 (benchmarks/NOTES.md).  Each element is one sum over the
-// features in order, then + bias, whichever part computes it.
-template <typename T>
-void input_half(const T *input, const T *weights, const T *bias, T *gates, int64_t rows, int64_t features,
-                int64_t state) {
-    using A = prl::acc_t<T>;
-    const int64_t width = 3 * state, n = round_up(width, kCols<A>), ldw = state + features;
-    const std::vector<A> w = pack_panels_transposed<A>(weights + state, ldw, features, width, n);
-    std::vector<A> b((size_t)width, A(0));
-    if (bias != nullptr) to_arithmetic(bias, width, b.data());
-    const int64_t tile = tile_rows(), block = 8 * tile, blocks = (rows + block - 1) / block;
-    const double work = double(rows) * double(features) * double(n);
-    const int64_t parts = std::max<int64_t>(
-        1, std::min<int64_t>({blocks, prl::cpu_threads(), (int64_t)std::min(work / kMinPartWork, 1e9)}));
-    const int64_t scratch_per_part = block * (features + n);  // left, then c
-    std::vector<A> scratch((size_t)(parts * scratch_per_part));
-    prl::run_parts(parts, [&](int64_t part) {
-        A *left = scratch.data() + part * scratch_per_part, *c = left + block * features;
-        for (int64_t at = part * blocks / parts; at < (part + 1) * blocks / parts; ++at) {
-            const int64_t first = at * block, count = std::min(block, rows - first);
-            to_arithmetic(input + first * features, count * features, left);
-            product(tile, left, features, w.data(), c, n, 0, count, 0, n);
-            for (int64_t r = 0; r < count; ++r)
-                for (int64_t g = 0; g < width; ++g)
-                    gates[(first + r) * width + g] = prl::store<T>(c[r * n + g] + b[(size_t)g]);
-        }
-    });
-}
-
-// c = op(a) @ b by the same product: op(a) [m, k] is a (row stride lda) or, transposed, the
-// transpose of a [k, m] (row stride lda); b [k, n] (row stride ldb) packed in panels; c [m, n]
-// (row stride ldc).  Blocks of rows split among the threads as in input_half; each element is
-// one sum over k in order.  The backward's gradient products on the same CPUs
-// (sequence.cpu_product), where MKL's took 1.1-2.1x the library's time from 32 columns on.
-template <typename T>
-void matmul(const T *a, int64_t lda, bool transposed, const T *b, int64_t ldb, T *c, int64_t ldc, int64_t m,
-            int64_t n, int64_t k) {
-    using A = prl::acc_t<T>;
-    const int64_t np = round_up(n, kCols<A>);
-    const std::vector<A> w = pack_panels<A>(b, ldb, k, n, np);
+// c = left @ w for m rows of left [m, k]: w packed in panels, np columns (a multiple of
+// kCols); blocks of 8 row tiles, split among the threads where each part has at least
+// kMinPartWork multiply-adds.  fill(first, count, left) writes rows [first, first + count) of
+// left (row stride k); store(first, count, out) takes their product (row stride np).  Each
+// element is one sum over k in order, whichever part computes it.
+template <typename A, typename Fill, typename Store>
+void product_in_blocks(int64_t m, int64_t k, const std::vector<A> &w, int64_t np, Fill &&fill, Store &&store) {
     const int64_t tile = tile_rows(), block = 8 * tile, blocks = (m + block - 1) / block;
     const double work = double(m) * double(k) * double(np);
     const int64_t parts = std::max<int64_t>(
@@ -711,6 +670,53 @@ void matmul(const T *a, int64_t lda, bool transposed, const T *b, int64_t ldb, T
         A *left = scratch.data() + part * scratch_per_part, *out = left + block * k;
         for (int64_t at = part * blocks / parts; at < (part + 1) * blocks / parts; ++at) {
             const int64_t first = at * block, count = std::min(block, m - first);
+            fill(first, count, left);
+            product(tile, left, k, w.data(), out, np, 0, count, 0, np);
+            store(first, count, static_cast<const A *>(out));
+        }
+    });
+}
+
+// The input half of every row: gates[r] = input[r] @ W_x^T + bias, W_x the last `features`
+// columns of weights [3S, S + features], by the library's own product (W_x^T packed in panels,
+// then product_in_blocks).  The Python package hands it the products too small for a BLAS's
+// threads to pay (sequence.INPUT_HALF_IN_LIBRARY_BELOW): on a 16-core Xeon torch's MKL ran
+// [170-199, 8] x [8, 192] on a team of 4-6 of its 16 OpenMP threads, libgomp ended the surplus
+// threads, and the library's next full-size region started them again, 10-12 thread starts a
+// call; and, on x86 CPUs other than Intel's with AVX-512, those of 32 features or more: MKL's
+// product took 1.4-2.1x the library's time on an AMD EPYC (benchmarks/NOTES.md).  Each element
+// is one sum over the features in order, then + bias.
+template <typename T>
+void input_half(const T *input, const T *weights, const T *bias, T *gates, int64_t rows, int64_t features,
+                int64_t state) {
+    using A = prl::acc_t<T>;
+    const int64_t width = 3 * state, n = round_up(width, kCols<A>), ldw = state + features;
+    const std::vector<A> w = pack_panels_transposed<A>(weights + state, ldw, features, width, n);
+    std::vector<A> b((size_t)width, A(0));
+    if (bias != nullptr) to_arithmetic(bias, width, b.data());
+    product_in_blocks<A>(
+        rows, features, w, n,
+        [&](int64_t first, int64_t count, A *left) { to_arithmetic(input + first * features, count * features, left); },
+        [&](int64_t first, int64_t count, const A *out) {
+            for (int64_t r = 0; r < count; ++r)
+                for (int64_t g = 0; g < width; ++g)
+                    gates[(first + r) * width + g] = prl::store<T>(out[r * n + g] + b[(size_t)g]);
+        });
+}
+
+// c = op(a) @ b by the same product: op(a) [m, k] is a (row stride lda) or, transposed, the
+// transpose of a [k, m] (row stride lda); b [k, n] (row stride ldb) packed in panels; c [m, n]
+// (row stride ldc).  The backward's gradient products on the same CPUs (sequence.cpu_product),
+// where MKL's took 1.1-2.1x the library's time from 32 columns on.
+template <typename T>
+void matmul(const T *a, int64_t lda, bool transposed, const T *b, int64_t ldb, T *c, int64_t ldc, int64_t m,
+            int64_t n, int64_t k) {
+    using A = prl::acc_t<T>;
+    const int64_t np = round_up(n, kCols<A>);
+    const std::vector<A> w = pack_panels<A>(b, ldb, k, n, np);
+    product_in_blocks<A>(
+        m, k, w, np,
+        [&](int64_t first, int64_t count, A *left) {
             if (transposed) {
                 // row r of op(a) is column first + r of a, taken 16 of a's rows at a time so that
                 // each row of left is written a cache line at a time: filled a column at a time,
@@ -724,11 +730,11 @@ void matmul(const T *a, int64_t lda, bool transposed, const T *b, int64_t ldb, T
             } else {
                 for (int64_t r = 0; r < count; ++r) to_arithmetic(a + (first + r) * lda, k, left + r * k);
             }
-            product(tile, left, k, w.data(), out, np, 0, count, 0, np);
+        },
+        [&](int64_t first, int64_t count, const A *out) {
             for (int64_t r = 0; r < count; ++r)
                 for (int64_t j = 0; j < n; ++j) c[(first + r) * ldc + j] = prl::store<T>(out[r * np + j]);
-        }
-    });
+        });
 }
 
 }  // namespace
