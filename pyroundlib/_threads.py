@@ -122,23 +122,29 @@ def torch_gemms_first() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
+def _cpu_info() -> dict:
+    """The first CPU's fields in /proc/cpuinfo (x86 Linux: vendor_id, flags, ...), else empty."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                key, colon, value = line.partition(":")
+                if not key.strip():
+                    break  # the first CPU's block ends at a blank line
+                if colon:
+                    fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
 def _intel_cpu() -> bool:
-    try:
-        with open("/proc/cpuinfo") as info:
-            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in info)
-    except OSError:
-        return False
+    return _cpu_info().get("vendor_id") == "GenuineIntel"
 
 
-@functools.lru_cache(maxsize=None)
 def _cpu_flags() -> frozenset:
-    """The first CPU's feature flags as /proc/cpuinfo lists them (x86 Linux), else empty."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            line = next((line for line in info if line.startswith("flags")), "")
-    except OSError:
-        return frozenset()
-    return frozenset(line.partition(":")[2].split())
+    """The first CPU's feature flags (x86 Linux), else empty."""
+    return frozenset(_cpu_info().get("flags", "").split())
 
 
 def follow_torch() -> None:
