@@ -21,7 +21,7 @@
 //     cells by rows.
 // Each element is computed by the same tile code in the same order however the work is
 // split, so every result is bit for bit the same at any thread count (with a BLAS, as far as
-// its own results are: MKL's are).
+// its own results are: MKL's agree at 1-5 threads, not at 16 on a 16-core Xeon).
 //
 // A packed batch (prl_lltm_sequence_packed_*_cpu: a PackedSequence's data, sequences sorted
 // longest first) runs the same loops over `Rows`: step t's rows are the first sizes[t] of
@@ -348,9 +348,9 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 // on a 16-core Xeon MKL's products took
 // 0.5-0.75x the time of the library's column split; on the development VM (2-core AMD EPYC,
 // where MKL does not run its best code) up to 2.3x.  Larger batches: the library's product
-// as fast or faster on both.  Decided by the machine and the sizes, never the thread count,
-// so that the results stay the same at any thread count (the BLAS's and the library's
-// products round differently).
+// as fast or faster on both.  Decided by the machine and the sizes, never the thread count:
+// the BLAS's and the library's products round differently, and a choice by thread count would
+// add that difference to whatever the BLAS's own threading changes.
 constexpr double kMinPartWork = double(1 << 18);
 constexpr double kMinStepPartWork = double(1 << 16);
 constexpr double kMinStepPartSequenceWork = double(1 << 21);
