@@ -237,6 +237,18 @@ def _pointers(t: Tensor) -> List[int]:
     return [base + k * step for k in range(t.shape[0])]
 
 
+def _cpu_product_in_library(columns: int) -> bool:
+    """Whether a CPU sequence's product with this many columns is the library's rather than
+    torch's GEMM, an input half too large for INPUT_HALF_IN_LIBRARY_BELOW (W_x^T's columns: the
+    features) or a gradient product of all steps (_gradients_of_all_steps: the input gradient's
+    I, the weight gradient's S + I): where torch's GEMMs do not come first
+    (_threads.torch_gemms_first: x86 CPUs other than Intel's with AVX-512) and the columns fill a
+    register tile's 32 (INPUT_HALF_IN_LIBRARY_FROM_FEATURES).  On an AMD EPYC with AVX-512 (2
+    threads, torch 2.13.0) the library's gradient products took 0.48-0.64x torch's time at
+    2^23-2^31 multiply-adds, 0.79-0.89x at 2^18-2^21; with 16 columns 0.98 (benchmarks/NOTES.md)."""
+    return columns >= INPUT_HALF_IN_LIBRARY_FROM_FEATURES and not _threads.torch_gemms_first()
+
+
 def _input_half(input: Tensor, weights: Tensor, bias: Tensor, gates: Tensor) -> None:
     """gates[t] = x_t @ W_x^T + b for every step, one GEMM of [T*B, I] x [I, 3S]."""
     steps, batch, features = input.shape
@@ -248,13 +260,13 @@ def input_half(input: Tensor, weights: Tensor, bias: Tensor, state: int) -> Tens
     """x @ W_x^T + b over input's last dimension, W_x = weights[:, state:], for the library's
     sequence loops: one torch GEMM, but on the CPU the library's product
     (prl_lltm_input_half_cpu) below INPUT_HALF_IN_LIBRARY_BELOW multiply-adds, and above it
-    where torch's GEMMs do not come first (INPUT_HALF_IN_LIBRARY_FROM_FEATURES).  Small ones:
+    where _cpu_product_in_library says so for its features.  Small ones:
     there a BLAS's threads cannot pay, and MKL ran some such shapes on a smaller team than
     torch's: libgomp ends the surplus threads, the loop's next parallel region starts them
     again (10-12 thread starts a call on a 16-core Xeon: benchmarks/NOTES.md)."""
     rows, features = math.prod(input.shape[:-1]), input.shape[-1]
-    if not input.is_cpu or (rows * features * 3 * state >= INPUT_HALF_IN_LIBRARY_BELOW and (
-            features < INPUT_HALF_IN_LIBRARY_FROM_FEATURES or _threads.torch_gemms_first())):
+    if not input.is_cpu or (rows * features * 3 * state >= INPUT_HALF_IN_LIBRARY_BELOW
+                            and not _cpu_product_in_library(features)):
         return F.linear(input, weights[:, state:], bias)
     input, weights, bias = input.contiguous(), weights.contiguous(), bias.contiguous()
     gates = input.new_empty(*input.shape[:-1], 3 * state)
@@ -365,18 +377,6 @@ def _gradients_of_all_steps(d_gates: Tensor, input: Tensor, weights: Tensor, h0:
         x = torch.cat([torch.cat([h0.unsqueeze(0), output[:-1]]), input], dim=2)
         cpu_product(rows, x.view(steps * batch, state + features), d_weights, transpose_a=True)
     torch.sum(rows, dim=0, out=d_bias)
-
-
-def _cpu_product_in_library(columns: int) -> bool:
-    """Whether a CPU sequence's gradient product of all steps with this many columns
-    (_gradients_of_all_steps: the input gradient's I, the weight gradient's S + I) is the
-    library's (prl_matmul_cpu) rather than torch's GEMM: where torch's GEMMs do not come first
-    (_threads.torch_gemms_first: x86 CPUs other than Intel's with AVX-512) and the columns fill a
-    register tile's
-    32 (INPUT_HALF_IN_LIBRARY_FROM_FEATURES).  On an AMD EPYC with AVX-512 (2 threads, torch
-    2.13.0) the library's took 0.48-0.64x torch's time at 2^23-2^31 multiply-adds, 0.79-0.89x at
-    2^18-2^21; with 16 columns 0.98 (benchmarks/NOTES.md)."""
-    return columns >= INPUT_HALF_IN_LIBRARY_FROM_FEATURES and not _threads.torch_gemms_first()
 
 
 _matmul_kernel = Kernel("matmul", cuda=False)
