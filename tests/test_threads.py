@@ -254,7 +254,7 @@ def with_blas():
     lib.prl_set_cpu_gemm(*_threads._given["gemm"])
 
 
-@pytest.mark.parametrize("size", [(8, 32, 8, 64), (30, 4, 256, 256), (10, 700, 64, 256)])
+@pytest.mark.parametrize("size", [(8, 32, 8, 64), (12, 4, 256, 256), (10, 700, 64, 256)])
 def test_sequence_loop_with_blas_is_the_same_at_any_thread_count(monkeypatch, with_blas, size):
     """With torch's BLAS, each step's product is one BLAS call over the whole batch (threaded
     by the BLAS) and the cells are split in fixed chunks: what the loop computes (the outputs,
@@ -284,7 +284,7 @@ def test_sequence_on_the_librarys_products_is_the_same_at_any_thread_count(monke
     """With PYROUNDLIB_CPU_BLAS=0 every product of these calls is the library's (the input half,
     each step's, the input and weight gradients: 32 columns or more), so every result, the
     gradients included, is bit for bit the same at any torch thread count: a batch of one (one-row
-    tiles), of three (the step split) and of 23 (the row split).  That is what AMD CPUs with
+    tiles), of three (the grid of rows and state columns) and of 23 (the row split).  That is what AMD CPUs with
     AVX-512 run by default.  Where torch's BLAS computes products it need not hold: on a 16-core
     Xeon MKL rounded differently at 16 threads than at 1-8 (benchmarks/NOTES.md)."""
     monkeypatch.setenv(_threads.BLAS_ENV_VAR, "0")
@@ -295,7 +295,8 @@ def test_sequence_on_the_librarys_products_is_the_same_at_any_thread_count(monke
     try:
         for threads in (1, 2, 3, 5, 8, 16):
             torch.set_num_threads(threads)
-            results[threads] = [sequence_results(steps, batch, 32, 64, dtype) for steps, batch in ((8, 1), (6, 3), (5, 23))]
+            results[threads] = [sequence_results(steps, batch, 32, state, dtype)
+                                for steps, batch, state in ((8, 1, 64), (24, 3, 256), (5, 23, 64))]
             assert _threads._given["gemm"] == (None, None)
     finally:
         torch.set_num_threads(before)
@@ -350,10 +351,15 @@ SPLITS = {"rows": (8, 23, 64, True),  # 23 rows: tiles of 3 or 6, the last short
           # 10 rows (at least 8): parts of a single row from 10 threads on (78M multiply-adds over
           # the sequence, at least 2^21 a part)
           "single rows": (40, 10, 256, True),
-          # 2 rows: each step's product split by column panels from 2 threads on (up to 4 parts: 24
-          # steps of 2^18.6 multiply-adds, at least 2^21 a part over the sequence)
-          "columns": (24, 2, 256, True),
-          "BLAS": (8, 3, 256, False)}  # torch's BLAS, one call a step, at every thread count
+          # 2 rows, too few for the threads: the grid of rows and state columns from 2 threads on
+          # (a round a step; parts of 2^14 multiply-adds a step: up to 2 x 8 at 16 threads)
+          "grid": (24, 2, 256, True),
+          # the same, the state not in whole 32-column panels (the grid's parts compute the panels
+          # that hold their columns; 7 panels a gate: 2 x 4 parts at 16 threads)
+          "grid, part panels": (24, 2, 200, True),
+          "BLAS": (8, 3, 256, False),  # torch's BLAS, one call a step, at every thread count
+          # with the BLAS handed over, a sequence of 64 rows or more (steps x batch) takes the grid
+          "grid over a BLAS": (24, 3, 256, False)}
 
 
 @pytest.mark.parametrize("split", list(SPLITS))
@@ -362,8 +368,8 @@ def test_sequence_split_among_threads_is_bitwise_the_same(cpu_threads, runner, s
     """Each element is computed by the same code in the same order however the work is
     split, so every output and gradient is bit-for-bit the one-thread one, for 2-16 threads
     run by the library's own workers, by torch's OpenMP runtime, or by any runner keeping
-    prl_parallel_fn's contract: split by rows, step by step by columns (the one-thread call
-    splits nothing), or with the products by torch's BLAS."""
+    prl_parallel_fn's contract: split by rows, by rows and state columns a step at a time (the
+    one-thread call splits nothing), or with the products by torch's BLAS."""
     lib, calls = _ffi.library(), []
     steps, batch, state, own = SPLITS[split]
     gemm = (None, None) if own else _threads.blas_gemm(any_cpu=True)
@@ -571,7 +577,7 @@ def packed_layer_results(batch, state, dtype):
 def test_packed_loop_split_among_threads(cpu_threads, split):
     """A pack through the library's packed loop (each step the rows still running): right
     against each sequence run alone by the float64 reference, and bit for bit the same at any
-    thread count, split by rows, step by step by columns, or with torch's BLAS."""
+    thread count, split by rows, by rows and state columns, or with torch's BLAS."""
     from test_layer import packed_reference
     lib = _ffi.library()
     steps, batch, state, own = SPLITS[split]

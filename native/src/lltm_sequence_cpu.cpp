@@ -261,16 +261,17 @@ template <typename T, typename A> void to_arithmetic(const T *src, int64_t count
     for (int64_t i = 0; i < count; ++i) dst[i] = prl::load(src[i]);
 }
 
-// One forward step's cells: gates_t holds the input half on entry, the pre-activations on
-// return; rec [batch, ld] the recurrent product.  No branch in the column loop: GCC vectorises it.
+// One forward step's cells, of the state columns [j_begin, j_end): gates_t holds the input half
+// on entry, the pre-activations on return; rec [batch, ld] the recurrent product.  No branch in
+// the column loop: GCC vectorises it.
 template <typename T, typename A>
 PRL_CPU_CLONES void forward_cells(int64_t batch, int64_t state, T *__restrict gates_t, const A *__restrict rec,
                                   int64_t ld, const T *__restrict old_cell, T *__restrict new_h,
-                                  T *__restrict new_cell) {
+                                  T *__restrict new_cell, int64_t j_begin, int64_t j_end) {
     for (int64_t b = 0; b < batch; ++b) {
         T *__restrict gi = gates_t + b * 3 * state, *__restrict go = gi + state, *__restrict gc = go + state;
         const A *__restrict ri = rec + b * ld, *__restrict ro = ri + state, *__restrict rc = ro + state;
-        for (int64_t j = 0; j < state; ++j) {
+        for (int64_t j = j_begin; j < j_end; ++j) {
             // the pre-activations as stored, as the step-by-step path reads them
             const T si = prl::store<T>(prl::load(gi[j]) + ri[j]), so = prl::store<T>(prl::load(go[j]) + ro[j]),
                     sc = prl::store<T>(prl::load(gc[j]) + rc[j]);
@@ -286,19 +287,21 @@ PRL_CPU_CLONES void forward_cells(int64_t batch, int64_t state, T *__restrict ga
     }
 }
 
-// One backward step's cells: the gradient reaching h_t (grad_output[t] plus rec, the
-// product of step t + 1's d_gates with W_h: zeros for the last step); the gradient of
-// new_cell is carried in d_cell, updated in place (the value its dtype stores).
+// One backward step's cells, of the state columns [j_begin, j_end): the gradient reaching h_t
+// (grad_output[t] plus rec, the product of step t + 1's d_gates with W_h: zeros for the last
+// step); the gradient of new_cell is carried in d_cell, updated in place (the value its dtype
+// stores).
 template <typename T, typename A>
 PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__restrict grad_out_t,
                                    const A *__restrict rec, int64_t ld, const T *__restrict gates_t,
-                                   const T *__restrict old_cell, A *__restrict d_cell, T *__restrict d_gates_t) {
+                                   const T *__restrict old_cell, A *__restrict d_cell, T *__restrict d_gates_t,
+                                   int64_t j_begin, int64_t j_end) {
     for (int64_t b = 0; b < batch; ++b) {
         const T *__restrict gi = gates_t + b * 3 * state, *__restrict go = gi + state, *__restrict gc = go + state;
         T *__restrict di = d_gates_t + b * 3 * state, *__restrict d_o = di + state, *__restrict dc = d_o + state;
         const A *__restrict r = rec + b * ld;
         A *__restrict carried = d_cell + b * state;
-        for (int64_t j = 0; j < state; ++j) {
+        for (int64_t j = j_begin; j < j_end; ++j) {
             const A grad_h = prl::load(prl::store<T>(prl::load(grad_out_t[b * state + j]) + r[j]));
             A d_i, d_out, d_cand, d_c;
             prl::lltm_backward_math<T>(grad_h, carried[j], prl::load(gi[j]), prl::load(go[j]), prl::load(gc[j]),
@@ -331,81 +334,115 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     the noise at B = 32-64.  Smaller batches keep the step split: on the 2-core VM a batch of
 //     2 in two 1-row parts took up to 1.2x its time (50, 2, 64, 512).  Machines with threads no
 //     more than tiles (two threads) split as before;
-//   - step by step (row_parts == 0): each step's product split into step_parts ranges of
+//   - by rows and state columns (grid_rows x grid_columns parts, the grid), where the batch has
+//     too few rows for the threads: where a column split of a step (step_parts ranges of
 //     column panels, each with at least kMinStepPartWork multiply-adds a step and
-//     kMinStepPartSequenceWork over the sequence, then the cells in chunks of rows.  A
-//     fork-join a step; taken where it gives more than twice the threads the row split can (a
-//     batch of fewer tiles than threads: small batches, wide states), or where the row split
-//     would leave the call on one thread (the first rule alone never splits on two threads):
-//     on the 2-core development VM 0.67-0.90x the time at B = 2-4, S = 256-512.  Parts of
-//     2^16 a step split a batch of one at S = 256 too: 0.70-0.87x the time at T = 100,
-//     0.91 at T = 50, but 1.1-1.2x at T = 8, where a part's 0.8M multiply-adds over the
-//     sequence do not pay for engaging a second thread: hence the 2^21 (benchmarks/NOTES.md).
+//     kMinStepPartSequenceWork over the sequence) would give more than twice the threads the
+//     row split can (small batches, wide states), or where the row split would leave the call
+//     on one thread (the first rule alone never splits on two threads).  Part (r, g) runs, step
+//     after step, the product of its rows with the columns of W_h its state columns' three
+//     gates need, then those cells; a step's parts start once every part of the step before
+//     has returned (prl::run_rounds: one parallel region for the whole sequence, member m
+//     takes part m, so its slice of W_h stays in its core's cache).  Parts of at least
+//     kMinGridPartWork multiply-adds a step, as many state columns as there are panels at
+//     most, in powers of two, then rows.  It replaced a column split whose cells ran as a
+//     round of their own (two rounds a step, the gates crossing cores between them): on a
+//     16-core Xeon with the library's products 0.71-0.94x its time at B = 1-4, S = 128-512
+//     (float64 0.55-0.63x); on the 2-core development VM within its noise (benchmarks/NOTES.md).
 // And the product itself: where a BLAS was handed over (pyroundlib hands torch's MKL over on
 // Intel CPUs: pyroundlib/_threads.py), batches of at most kBlasMaxBatch rows with at least
-// kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step.  Measured with
-// and without (benchmarks/NOTES.md), at (T, B, S) = (8, 1, 256), (100, 1, 256), (30, 4, 256):
-// on a 16-core Xeon MKL's products took
-// 0.5-0.75x the time of the library's column split; on the development VM (2-core AMD EPYC,
-// where MKL does not run its best code) up to 2.3x.  Larger batches: the library's product
-// as fast or faster on both.  Decided by the machine and the sizes, never the thread count:
-// the BLAS's and the library's products round differently, and a choice by thread count would
-// add that difference to whatever the BLAS's own threading changes.
+// kBlasMinWork multiply-adds a step run it step by step, one BLAS call a step, unless the
+// sequence has kGridOverBlasRows rows (steps x batch) or more and a state of at most
+// kGridOverBlasMaxState: those take the grid.  On a 16-core Xeon MKL's products took 0.5-0.75x
+// the time of the column split at (T, B, S) = (8, 1, 256), (100, 1, 256), (30, 4, 256); the
+// grid took 0.56-0.99x MKL's time (median 0.80) at T x B = 64-256 and S = 128-256, but
+// 0.9-1.8x it at T x B <= 32 (the grid packs W_h, and each part first reads its slice from the
+// cores that packed it, once a call; MKL reads W_h as it is) and up to 1.25x at S = 512 below
+// T x B = 256; on the development VM (2-core AMD EPYC, where MKL does not run its best code)
+// MKL took up to 2.3x the library's time.  Larger batches: the library's product as fast or
+// faster on both.  Decided by the machine and the sizes, never the thread count: the BLAS's
+// and the library's products round differently, and a choice by thread count would add that
+// difference to whatever the BLAS's own threading changes.
 constexpr double kMinPartWork = double(1 << 18);
 constexpr double kMinStepPartWork = double(1 << 16);
 constexpr double kMinStepPartSequenceWork = double(1 << 21);
+constexpr double kMinGridPartWork = double(1 << 14);
 constexpr int64_t kMinPartRows = 4;
 constexpr int64_t kMinRowSplitBatch = 8;
 constexpr int64_t kBlasMaxBatch = 4;
 constexpr double kBlasMinWork = double(1 << 17);
+constexpr int64_t kGridOverBlasRows = 64;
+constexpr int64_t kGridOverBlasMaxState = 256;
+
+// The first of n items in part p of `parts` nearly equal ones, and its count.
+inline void split(int64_t p, int64_t n, int64_t parts, int64_t &first, int64_t &count) {
+    first = p * n / parts;
+    count = (p + 1) * n / parts - first;
+}
 
 struct Plan {
-    int64_t rows_per_tile, tiles, padded, panels, row_parts, step_parts;
+    int64_t rows_per_tile, row_parts, grid_rows, grid_columns;
     bool blas;
 
-    // a product of [batch, k] x [k, cols] per step, for `steps` steps; have_blas: one is there
-    Plan(int64_t steps, int64_t batch, int64_t k, int64_t cols, int64_t panel_width, bool have_blas) {
+    // a product of [batch, k] x [k, cols] per step (forward: k = state, cols = 3 x state;
+    // backward: k = 3 x state, cols = state), for `steps` steps; have_blas: one is there
+    Plan(int64_t steps, int64_t batch, int64_t k, int64_t cols, int64_t state, int64_t panel_width, bool have_blas) {
         const int64_t threads = prl::cpu_threads();
         rows_per_tile = batch == 1 ? 1 : tile_rows();
-        tiles = (batch + rows_per_tile - 1) / rows_per_tile;
-        padded = tiles * rows_per_tile;
-        panels = (cols + panel_width - 1) / panel_width;
+        const int64_t tiles = (batch + rows_per_tile - 1) / rows_per_tile;
+        const int64_t panels = (cols + panel_width - 1) / panel_width;
         const double step_work = double(batch) * double(k) * double(cols);
         const int64_t sequence_parts = limit(double(steps) * step_work / kMinStepPartSequenceWork);
         const int64_t narrow = std::min(batch >= kMinRowSplitBatch ? batch : batch / kMinPartRows, sequence_parts);
         const int64_t by_rows = std::min({threads, std::max(tiles, narrow),
                                           limit(double(steps) * step_work / kMinPartWork)});
-        step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork), sequence_parts});
-        blas = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
-        row_parts = blas || step_parts > 2 * by_rows || (by_rows == 1 && step_parts > 1) ? 0 : by_rows;
+        const int64_t step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork), sequence_parts});
+        const bool blas_sizes = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
+        blas = blas_sizes && (steps * batch < kGridOverBlasRows || state > kGridOverBlasMaxState);
+        const bool grid = !blas && (blas_sizes || step_parts > 2 * by_rows || (by_rows == 1 && step_parts > 1));
+        row_parts = blas || grid ? 0 : by_rows;
+        grid_rows = grid_columns = 0;
+        if (grid) {
+            const int64_t parts = std::min(threads, limit(step_work / kMinGridPartWork));
+            const int64_t state_panels = (state + panel_width - 1) / panel_width;
+            grid_columns = 1;
+            while (2 * grid_columns <= std::min(parts, state_panels)) grid_columns *= 2;
+            grid_rows = std::max<int64_t>(1, std::min(batch, parts / grid_columns));
+        }
     }
     static int64_t limit(double parts) { return int64_t(std::min(std::max(1.0, parts), 1e9)); }
     // row_parts > 0: the first row of part p and its row count (the most: part_rows)
     void rows(int64_t p, int64_t batch, int64_t &first, int64_t &count) const {
-        first = p * batch / row_parts;
-        count = (p + 1) * batch / row_parts - first;
+        split(p, batch, row_parts, first, count);
     }
     int64_t part_rows(int64_t batch) const { return (batch + row_parts - 1) / row_parts; }
-    // step_parts: the columns [begin, end) of part p, in whole panels of panel_width
-    void columns(int64_t p, int64_t panel_width, int64_t &begin, int64_t &end) const {
-        begin = panel_width * (p * panels / step_parts);
-        end = panel_width * ((p + 1) * panels / step_parts);
+    // the grid: its parts, and part p's rows [first, first + count) and state columns [s0, s1)
+    // (whole panels of the state's columns but the last)
+    int64_t grid_parts() const { return grid_rows * grid_columns; }
+    int64_t grid_part_rows(int64_t batch) const { return (batch + grid_rows - 1) / grid_rows; }
+    void grid_part(int64_t p, int64_t batch, int64_t state, int64_t panel_width, int64_t &first, int64_t &count,
+                   int64_t &s0, int64_t &s1) const {
+        split(p / grid_columns, batch, grid_rows, first, count);
+        const int64_t panels = (state + panel_width - 1) / panel_width, g = p % grid_columns;
+        s0 = std::min(state, panel_width * (g * panels / grid_columns));
+        s1 = std::min(state, panel_width * ((g + 1) * panels / grid_columns));
     }
 };
 
-// One step's product, step by step: c[:rows] = left[:rows] @ W, by the BLAS where the plan
-// has one (w_blas, ld_blas, transposed: as Blas::product's b), else split by column panels
-// among the threads (panels).
+// c[:rows] = left[:rows] @ W by the BLAS, one call (w_blas, ld_blas, transposed: as
+// Blas::product's b).
 template <typename A>
-void step_product(const Plan &plan, const prl::Blas<A> &blas, const A *left, int64_t k, int64_t cols,
-                  const A *panels, const A *w_blas, int64_t ld_blas, bool transposed, A *c, int64_t ldc,
-                  int64_t rows) {
-    if (plan.blas) return blas.product(left, k, w_blas, ld_blas, transposed, c, ldc, rows, cols, k);
-    prl::run_parts(plan.step_parts, [&](int64_t p) {
-        int64_t begin, end;
-        plan.columns(p, kCols<A>, begin, end);
-        product(plan.rows_per_tile, left, k, panels, c, ldc, 0, rows, begin, end);
-    });
+void blas_step(const prl::Blas<A> &blas, const A *left, int64_t k, int64_t cols, const A *w_blas, int64_t ld_blas,
+               bool transposed, A *c, int64_t ldc, int64_t rows) {
+    blas.product(left, k, w_blas, ld_blas, transposed, c, ldc, rows, cols, k);
+}
+
+// The columns [begin, end) of a product for the columns [a, b) of a grid part: the whole panels
+// that hold them.  The columns past [a, b) in those panels are computed too, into the part's
+// own buffer, and not read.
+template <typename A> void covering_panels(int64_t a, int64_t b, int64_t &begin, int64_t &end) {
+    begin = a / kCols<A> * kCols<A>;
+    end = round_up(b, kCols<A>);
 }
 
 // The rows of each step: all `batch` of them (sizes NULL), or the first sizes[t] (a packed
@@ -446,24 +483,8 @@ const A *weights_for_blas(const T *w_h, int64_t ldw, int64_t state, std::vector<
     }
 }
 
-// Rows per chunk of a step's cells: about prl::kGrain gate elements.
+// Rows per chunk of a step's cells where a BLAS runs the steps: about prl::kGrain gate elements.
 int64_t cell_rows(int64_t state) { return std::max<int64_t>(1, prl::kGrain / (3 * state)); }
-
-// The step-by-step loop's rounds (prl::run_rounds): round 2s is a step's product, split by
-// column panels as step_product splits it; round 2s + 1 its cells, in chunks of cell_rows
-// rows as run_chunks splits them.  One parallel region for the whole sequence where
-// step_product and run_chunks would fork and join twice a step.
-struct StepRounds {
-    int64_t grain, most;
-    StepRounds(const Plan &plan, int64_t batch, int64_t state)
-        : grain(cell_rows(state)),
-          most(std::max(plan.step_parts, std::min((batch + grain - 1) / grain, prl::cpu_threads()))) {}
-    int64_t cell_parts(int64_t rows) const { return std::max<int64_t>(1, std::min((rows + grain - 1) / grain, most)); }
-    // the rows [first, last) of cell part p of a step with `rows` (>= 1) rows
-    void cells(int64_t p, int64_t rows, int64_t &first, int64_t &last) const {
-        prl::chunk_range(rows, grain, cell_parts(rows), p, first, last);
-    }
-};
 
 template <typename T>
 void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *output, T *cells, T *c_n,
@@ -471,51 +492,25 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
     using A = prl::acc_t<T>;
     const int64_t width = 3 * state, n = round_up(width, kCols<A>), cell = batch * state;
     const prl::Blas<A> blas = prl::blas<A>();
-    const Plan plan(steps, batch, state, width, kCols<A>, bool(blas));
-    std::vector<A> w, w_copy;
-    int64_t ld_blas = 0;
-    const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
-    if (!plan.blas)
-        w = pack_panels_transposed<A>(w_h, ldw, state, width, n);
-    if (plan.row_parts == 0) {
-        // step by step: left holds h_{t-1} (rows past the batch zero), the cells write the next one
-        std::vector<A> left((size_t)(plan.padded * state), A(0)), rec((size_t)(plan.padded * n));
+    const Plan plan(steps, batch, state, width, state, kCols<A>, bool(blas));
+    if (plan.blas) {
+        // step by step, each step's product one BLAS call: left holds h_{t-1}, the cells write
+        // the next one
+        std::vector<A> w_copy, left((size_t)cell), rec((size_t)(batch * n));
+        int64_t ld_blas = 0;
+        const A *w_blas = weights_for_blas(w_h, ldw, state, w_copy, ld_blas);
         to_arithmetic(h0, cell, left.data());
-        if (!plan.blas) {  // in rounds
-            const StepRounds rounds(plan, batch, state);
-            prl::run_rounds(
-                2 * steps, rounds.most,
-                [&](int64_t r) { return r % 2 == 0 ? plan.step_parts : rounds.cell_parts(rows.at(r / 2)); },
-                [&](int64_t r, int64_t p) {
-                    const int64_t t = r / 2, now = rows.at(t);
-                    if (r % 2 == 0) {
-                        int64_t begin, end;
-                        plan.columns(p, kCols<A>, begin, end);
-                        product(plan.rows_per_tile, left.data(), state, w.data(), rec.data(), n, 0, now, begin, end);
-                        return;
-                    }
-                    int64_t first, last;
-                    rounds.cells(p, now, first, last);
-                    const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
-                    const int64_t at = rows.first(t) + first;
-                    forward_cells<T, A>(last - first, state, gates + at * width, rec.data() + first * n, n,
-                                        old_cell + first * state, output + at * state, cells + at * state);
-                    to_arithmetic(output + at * state, (last - first) * state, left.data() + first * state);
-                });
-        } else {  // each step's product one BLAS call
-            for (int64_t t = 0; t < steps; ++t) {
-                const int64_t now = rows.at(t);
-                step_product(plan, blas, left.data(), state, width, w.data(), w_blas, ld_blas, true, rec.data(), n,
-                             now);
-                T *gates_t = gates + rows.first(t) * width, *h_t = output + rows.first(t) * state;
-                T *c_t = cells + rows.first(t) * state;
-                const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
-                prl::run_chunks(now, cell_rows(state), [&](int64_t first, int64_t last) {
-                    forward_cells<T, A>(last - first, state, gates_t + first * width, rec.data() + first * n, n,
-                                        old_cell + first * state, h_t + first * state, c_t + first * state);
-                    to_arithmetic(h_t + first * state, (last - first) * state, left.data() + first * state);
-                });
-            }
+        for (int64_t t = 0; t < steps; ++t) {
+            const int64_t now = rows.at(t);
+            blas_step(blas, left.data(), state, width, w_blas, ld_blas, true, rec.data(), n, now);
+            T *gates_t = gates + rows.first(t) * width, *h_t = output + rows.first(t) * state;
+            T *c_t = cells + rows.first(t) * state;
+            const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
+            prl::run_chunks(now, cell_rows(state), [&](int64_t first, int64_t last) {
+                forward_cells<T, A>(last - first, state, gates_t + first * width, rec.data() + first * n, n,
+                                    old_cell + first * state, h_t + first * state, c_t + first * state, 0, state);
+                to_arithmetic(h_t + first * state, (last - first) * state, left.data() + first * state);
+            });
         }
         if (c_n != nullptr)
             for (int64_t t = 0; t < steps; ++t) {  // the rows that end at step t
@@ -525,25 +520,61 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
             }
         return;
     }
+    const std::vector<A> w = pack_panels_transposed<A>(w_h, ldw, state, width, n);
+    // One part's step: the rows [first, first + now) (a packed batch's shrink: only the rows the
+    // step has) and state columns [s0, s1): left <- h_{t-1}, rec <- the product with the
+    // columns of the three gates (the panels that hold them: one product where they meet), the
+    // cells; c_n for the rows that end at the step.
+    const auto step = [&](int64_t t, int64_t first, int64_t now, int64_t next, int64_t s0, int64_t s1, A *left,
+                          A *rec) {
+        const int64_t at = first * state;
+        to_arithmetic((t == 0 ? h0 : output + rows.first(t - 1) * state) + at, now * state, left);
+        int64_t begin = 0, end = 0;
+        for (int64_t g = 0; g < 3; ++g) {
+            int64_t b, e;
+            covering_panels<A>(g * state + s0, g * state + s1, b, e);
+            if (g > 0 && b <= end) {
+                end = e;
+                continue;
+            }
+            if (g > 0) product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, now, begin, end);
+            begin = b;
+            end = e;
+        }
+        product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, now, begin, end);
+        T *c_t = cells + rows.first(t) * state + at;
+        forward_cells<T, A>(now, state, gates + rows.first(t) * width + 3 * at, rec, n,
+                            (t == 0 ? c0 : cells + rows.first(t - 1) * state) + at,
+                            output + rows.first(t) * state + at, c_t, s0, s1);
+        if (c_n != nullptr)
+            for (int64_t b = next; b < now; ++b)
+                std::copy(c_t + b * state + s0, c_t + b * state + s1, c_n + at + b * state + s0);
+    };
+    if (plan.row_parts == 0) {  // the grid: a round a step
+        const int64_t parts = plan.grid_parts(), part_rows = plan.grid_part_rows(batch);
+        const int64_t scratch_per_part = part_rows * (state + n);  // left, then rec
+        std::vector<A> scratch((size_t)(parts * scratch_per_part), A(0));
+        prl::run_rounds(steps, parts, [&](int64_t) { return parts; }, [&](int64_t t, int64_t p) {
+            int64_t first, count, s0, s1;
+            plan.grid_part(p, batch, state, kCols<A>, first, count, s0, s1);
+            const int64_t now = rows.in(t, first, count), next = t + 1 < steps ? rows.in(t + 1, first, count) : 0;
+            if (now > 0)
+                step(t, first, now, next, s0, s1, scratch.data() + p * scratch_per_part,
+                     scratch.data() + p * scratch_per_part + part_rows * state);
+        });
+        return;
+    }
     const int64_t part_rows = plan.part_rows(batch);
     const int64_t scratch_per_part = part_rows * (state + n);  // left, then rec
     std::vector<A> scratch((size_t)(plan.row_parts * scratch_per_part), A(0));
-    prl::run_parts(plan.row_parts, [&](int64_t p) {
+    prl::run_parts(plan.row_parts, [&](int64_t p) {  // each part the whole sequence
         int64_t first, count;
         plan.rows(p, batch, first, count);
-        A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * state;
-        const int64_t at = first * state;
-        // the product covers only the rows the step has (a packed batch's shrink)
         for (int64_t t = 0; t < steps; ++t) {
             const int64_t now = rows.in(t, first, count), next = t + 1 < steps ? rows.in(t + 1, first, count) : 0;
             if (now == 0) break;  // this part's rows have all ended
-            to_arithmetic((t == 0 ? h0 : output + rows.first(t - 1) * state) + at, now * state, left);
-            product(plan.rows_per_tile, left, state, w.data(), rec, n, 0, now, 0, n);
-            T *c_t = cells + rows.first(t) * state + at;
-            forward_cells<T, A>(now, state, gates + rows.first(t) * width + 3 * at, rec, n,
-                                (t == 0 ? c0 : cells + rows.first(t - 1) * state) + at,
-                                output + rows.first(t) * state + at, c_t);
-            if (c_n != nullptr) std::copy(c_t + next * state, c_t + now * state, c_n + at + next * state);
+            step(t, first, now, next, 0, state, scratch.data() + p * scratch_per_part,
+                 scratch.data() + p * scratch_per_part + part_rows * state);
         }
     });
 }
@@ -555,101 +586,102 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
     using A = prl::acc_t<T>;
     const int64_t n = round_up(state, kCols<A>), cell = batch * state, k = 3 * state;
     const prl::Blas<A> blas = prl::blas<A>();
-    const Plan plan(steps, batch, k, state, kCols<A>, bool(blas));
-    std::vector<A> w, w_copy;
-    int64_t ld_blas = 0;
-    const A *w_blas = plan.blas ? weights_for_blas(w_h, ldw, state, w_copy, ld_blas) : nullptr;
-    if (!plan.blas)
-        w = pack_panels<A>(w_h, ldw, k, state, n);
-    if (plan.row_parts == 0) {
-        // step by step: left holds d_gates[t + 1] (rows past it zero: in a packed batch a row
-        // enters at its own last step, with no gradient from a later one), the cells write
-        // the next one
-        std::vector<A> left((size_t)(plan.padded * k), A(0)), rec((size_t)(plan.padded * n), A(0));
-        std::vector<A> d_cell((size_t)cell);
+    const Plan plan(steps, batch, k, state, state, kCols<A>, bool(blas));
+    if (plan.blas) {
+        // step by step, each step's product one BLAS call: left holds d_gates[t + 1] (rows past
+        // it zero: in a packed batch a row enters at its own last step, with no gradient from a
+        // later one), the cells write the next one
+        std::vector<A> w_copy, left((size_t)(batch * k), A(0)), rec((size_t)(batch * n), A(0)), d_cell((size_t)cell);
+        int64_t ld_blas = 0;
+        const A *w_blas = weights_for_blas(w_h, ldw, state, w_copy, ld_blas);
         for (int64_t i = 0; i < cell; ++i) d_cell[(size_t)i] = grad_c_n ? prl::load(grad_c_n[i]) : A(0);
-        if (!plan.blas) {
-            // in rounds: step t = steps - 1 - r / 2; rec stays zero for the last step
-            const StepRounds rounds(plan, batch, state);
-            prl::run_rounds(
-                2 * steps, rounds.most,
-                [&](int64_t r) {
-                    return r % 2 == 0 ? (r == 0 ? 1 : plan.step_parts) : rounds.cell_parts(rows.at(steps - 1 - r / 2));
-                },
-                [&](int64_t r, int64_t p) {
-                    const int64_t t = steps - 1 - r / 2;
-                    if (r % 2 == 0) {
-                        if (r == 0) return;
-                        int64_t begin, end;
-                        plan.columns(p, kCols<A>, begin, end);
-                        product(plan.rows_per_tile, left.data(), k, w.data(), rec.data(), n, 0, rows.at(t + 1),
-                                begin, end);
-                        return;
-                    }
-                    int64_t first, last;
-                    rounds.cells(p, rows.at(t), first, last);
-                    const int64_t at = rows.first(t) + first;
-                    backward_cells<T, A>(last - first, state, grad_output + at * state, rec.data() + first * n, n,
-                                         gates + at * k, (t == 0 ? c0 : cells + rows.first(t - 1) * state) + first * state,
-                                         d_cell.data() + first * state, d_gates + at * k);
-                    to_arithmetic(d_gates + at * k, (last - first) * k, left.data() + first * k);
-                });
-        } else {  // each step's product one BLAS call
-            for (int64_t t = steps - 1; t >= 0; --t) {
-                // rec: zeros for the last step, which gets no gradient from a later one, and for
-                // rows past those of step t + 1 (never written)
-                if (t + 1 < steps)
-                    step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n,
-                                 rows.at(t + 1));
-                const T *grad_t = grad_output + rows.first(t) * state, *gates_t = gates + rows.first(t) * k;
-                const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
-                T *d_gates_t = d_gates + rows.first(t) * k;
-                prl::run_chunks(rows.at(t), cell_rows(state), [&](int64_t first, int64_t last) {
-                    backward_cells<T, A>(last - first, state, grad_t + first * state, rec.data() + first * n, n,
-                                         gates_t + first * k, old_cell + first * state, d_cell.data() + first * state,
-                                         d_gates_t + first * k);
-                    to_arithmetic(d_gates_t + first * k, (last - first) * k, left.data() + first * k);
-                });
-            }
+        for (int64_t t = steps - 1; t >= 0; --t) {
+            // rec: zeros for the last step, which gets no gradient from a later one, and for
+            // rows past those of step t + 1 (never written)
+            if (t + 1 < steps)
+                blas_step(blas, left.data(), k, state, w_blas, ld_blas, false, rec.data(), n, rows.at(t + 1));
+            const T *grad_t = grad_output + rows.first(t) * state, *gates_t = gates + rows.first(t) * k;
+            const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
+            T *d_gates_t = d_gates + rows.first(t) * k;
+            prl::run_chunks(rows.at(t), cell_rows(state), [&](int64_t first, int64_t last) {
+                backward_cells<T, A>(last - first, state, grad_t + first * state, rec.data() + first * n, n,
+                                     gates_t + first * k, old_cell + first * state, d_cell.data() + first * state,
+                                     d_gates_t + first * k, 0, state);
+                to_arithmetic(d_gates_t + first * k, (last - first) * k, left.data() + first * k);
+            });
         }
         for (int64_t i = 0; i < cell; ++i) d_c0[i] = prl::store<T>(d_cell[(size_t)i]);  // exact: stored values
         // d_h0 = d_gates[0] @ W_h
-        step_product(plan, blas, left.data(), k, state, w.data(), w_blas, ld_blas, false, rec.data(), n, batch);
+        blas_step(blas, left.data(), k, state, w_blas, ld_blas, false, rec.data(), n, batch);
         for (int64_t b = 0; b < batch; ++b)
             for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
+        return;
+    }
+    const std::vector<A> w = pack_panels<A>(w_h, ldw, k, state, n);
+    // A part's rows [first, first + count) and state columns [s0, s1), with its buffers: left
+    // (d_gates of a step, its rows past the next step's zero, never written: a packed batch's
+    // rows enter at their own last step, with no gradient from a later one), rec (zero to start
+    // with: the last step gets no gradient from a later one) and the carried d_cell.
+    struct Part {
+        int64_t first, count, s0, s1;
+        A *left, *rec, *d_cell;
+    };
+    const auto start = [&](const Part &q) {
+        for (int64_t b = 0; b < q.count; ++b)
+            for (int64_t j = q.s0; j < q.s1; ++j)
+                q.d_cell[b * state + j] = grad_c_n ? prl::load(grad_c_n[(q.first + b) * state + j]) : A(0);
+    };
+    const auto step = [&](const Part &q, int64_t t) {
+        const int64_t at = q.first * state, now = rows.in(t, q.first, q.count);
+        if (now == 0) return;  // this part's rows have not started yet
+        int64_t begin, end;
+        covering_panels<A>(q.s0, q.s1, begin, end);
+        if (t + 1 < steps) {
+            to_arithmetic(d_gates + rows.first(t + 1) * k + 3 * at, rows.in(t + 1, q.first, q.count) * k, q.left);
+            product(plan.rows_per_tile, q.left, k, w.data(), q.rec, n, 0, now, begin, end);
+        }
+        backward_cells<T, A>(now, state, grad_output + rows.first(t) * state + at, q.rec, n,
+                             gates + rows.first(t) * k + 3 * at, (t == 0 ? c0 : cells + rows.first(t - 1) * state) + at,
+                             q.d_cell, d_gates + rows.first(t) * k + 3 * at, q.s0, q.s1);
+    };
+    const auto finish = [&](const Part &q) {  // d_c0, and d_h0 = d_gates[0] W_h
+        const int64_t at = q.first * state;
+        int64_t begin, end;
+        covering_panels<A>(q.s0, q.s1, begin, end);
+        for (int64_t b = 0; b < q.count; ++b)  // exact: d_cell holds stored values
+            for (int64_t j = q.s0; j < q.s1; ++j) d_c0[at + b * state + j] = prl::store<T>(q.d_cell[b * state + j]);
+        to_arithmetic(d_gates + 3 * at, q.count * k, q.left);
+        product(plan.rows_per_tile, q.left, k, w.data(), q.rec, n, 0, q.count, begin, end);
+        for (int64_t b = 0; b < q.count; ++b)
+            for (int64_t j = q.s0; j < q.s1; ++j) d_h0[at + b * state + j] = prl::store<T>(q.rec[b * n + j]);
+    };
+    const auto part = [&](int64_t part_rows, A *scratch, int64_t first, int64_t count, int64_t s0, int64_t s1) {
+        return Part{first, count, s0, s1, scratch, scratch + part_rows * k, scratch + part_rows * (k + n)};
+    };
+    if (plan.row_parts == 0) {  // the grid: round i < steps is step steps - 1 - i; round steps: finish
+        const int64_t parts = plan.grid_parts(), part_rows = plan.grid_part_rows(batch);
+        const int64_t scratch_per_part = part_rows * (k + n + state);  // left, rec, d_cell
+        std::vector<A> scratch((size_t)(parts * scratch_per_part), A(0));
+        prl::run_rounds(steps + 1, parts, [&](int64_t) { return parts; }, [&](int64_t i, int64_t p) {
+            int64_t first, count, s0, s1;
+            plan.grid_part(p, batch, state, kCols<A>, first, count, s0, s1);
+            const Part q = part(part_rows, scratch.data() + p * scratch_per_part, first, count, s0, s1);
+            if (i == 0) start(q);
+            if (i < steps) step(q, steps - 1 - i);
+            else finish(q);
+        });
         return;
     }
     const int64_t part_rows = plan.part_rows(batch);
     const int64_t scratch_per_part = part_rows * (k + n + state);  // left, rec, d_cell
     std::vector<A> scratch((size_t)(plan.row_parts * scratch_per_part), A(0));
-    prl::run_parts(plan.row_parts, [&](int64_t p) {
+    prl::run_parts(plan.row_parts, [&](int64_t p) {  // each part the whole sequence
         int64_t first, count;
         plan.rows(p, batch, first, count);
-        A *left = scratch.data() + p * scratch_per_part, *rec = left + part_rows * k, *d_cell = rec + part_rows * n;
-        const int64_t at = first * state;
-        // rec starts zero: the last step gets no gradient from a later one; left's rows past
-        // step t + 1's are zero, never written (a packed batch's rows enter at their own last
-        // step, with no gradient from a later one)
-        for (int64_t i = 0; i < count * state; ++i) d_cell[i] = grad_c_n ? prl::load(grad_c_n[at + i]) : A(0);
-        for (int64_t t = steps - 1; t >= 0; --t) {
-            const int64_t now = rows.in(t, first, count);
-            if (now == 0) continue;  // this part's rows have not started yet
-            if (t + 1 < steps) {
-                to_arithmetic(d_gates + rows.first(t + 1) * k + 3 * at, rows.in(t + 1, first, count) * k, left);
-                product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, now, 0, n);
-            }
-            backward_cells<T, A>(now, state, grad_output + rows.first(t) * state + at, rec, n,
-                                 gates + rows.first(t) * k + 3 * at,
-                                 (t == 0 ? c0 : cells + rows.first(t - 1) * state) + at, d_cell,
-                                 d_gates + rows.first(t) * k + 3 * at);
-        }
-        // exact: d_cell holds stored values
-        for (int64_t i = 0; i < count * state; ++i) d_c0[at + i] = prl::store<T>(d_cell[i]);
-        // d_h0 = d_gates[0] W_h
-        to_arithmetic(d_gates + 3 * at, count * k, left);
-        product(plan.rows_per_tile, left, k, w.data(), rec, n, 0, count, 0, n);
-        for (int64_t b = 0; b < count; ++b)
-            for (int64_t j = 0; j < state; ++j) d_h0[at + b * state + j] = prl::store<T>(rec[b * n + j]);
+        const Part q = part(part_rows, scratch.data() + p * scratch_per_part, first, count, 0, state);
+        start(q);
+        for (int64_t t = steps - 1; t >= 0; --t) step(q, t);
+        finish(q);
     });
 }
 
