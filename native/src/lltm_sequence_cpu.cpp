@@ -32,6 +32,7 @@
 // step, with its grad_c_n and no gradient from a later step.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -172,23 +173,40 @@ void product(int64_t rows_per_tile, const A *a, int64_t k, const A *w, A *c, int
     }
 }
 
+// A matrix packed in panels for `product`: its buffer, left uninitialised until pack's parts
+// write it.
+template <typename A> class Panels {
+  public:
+    explicit Panels(int64_t size) : data_(new A[(size_t)size]) {}
+    A *data() { return data_.get(); }
+    const A *data() const { return data_.get(); }
+
+  private:
+    std::unique_ptr<A[]> data_;
+};
+
 // w for `product`: a k x cols matrix, zero columns up to n (a multiple of kCols), in panels of
-// kCols columns, each k x kCols contiguous; the panels split among the threads.
+// kCols columns, each k x kCols contiguous; the panels split among all the threads, each part
+// zeroing and filling its own.  On a 16-core Xeon, against the buffer zeroed by the calling
+// thread and parts of at least kGrain elements (6 parts for W_h at S = 256), the sequence loops
+// took 0.82 / 0.85x the time (inference / fwd+bwd) at (T, B, I, S) = (30, 4, 256, 256), 0.90 /
+// 0.92x at (100, 1, 256, 256), 0.93-1.02x elsewhere (benchmarks/NOTES.md).
 // fill(panel, c0) writes the panel of columns [c0, c0 + kCols) (of them, those below cols).
-template <typename A, typename Fill> std::vector<A> pack(int64_t k, int64_t n, Fill &&fill) {
+template <typename A, typename Fill> Panels<A> pack(int64_t k, int64_t n, Fill &&fill) {
     constexpr int64_t NC = kCols<A>;
-    std::vector<A> w((size_t)(k * n), A(0));
-    const int64_t panels = n / NC, parts = std::min(panels, std::max<int64_t>(1, k * n / prl::kGrain));
+    Panels<A> w(k * n);
+    const int64_t panels = n / NC, parts = std::min(panels, prl::cpu_threads());
     prl::run_parts(parts, [&](int64_t p) {
-        for (int64_t c0 = p * panels / parts * NC; c0 < (p + 1) * panels / parts * NC; c0 += NC)
-            fill(w.data() + c0 * k, c0);
+        const int64_t begin = p * panels / parts * NC, end = (p + 1) * panels / parts * NC;
+        std::fill(w.data() + begin * k, w.data() + end * k, A(0));
+        for (int64_t c0 = begin; c0 < end; c0 += NC) fill(w.data() + c0 * k, c0);
     });
     return w;
 }
 
 // The panels of the k x cols matrix src[i * ld + j] (W_h, the backward's).
 template <typename A, typename T>
-std::vector<A> pack_panels(const T *src, int64_t ld, int64_t k, int64_t cols, int64_t n) {
+Panels<A> pack_panels(const T *src, int64_t ld, int64_t k, int64_t cols, int64_t n) {
     constexpr int64_t NC = kCols<A>;
     return pack<A>(k, n, [&](A *panel, int64_t c0) {
         const int64_t width = std::min(NC, cols - c0);
@@ -238,7 +256,7 @@ bool transpose_in_registers() {
 // types, read a row of src at a time (the other way round, W_h^T of a 256-state layer took
 // 0.4 ms against 0.1 ms there).
 template <typename A, typename T>
-std::vector<A> pack_panels_transposed(const T *src, int64_t ld, int64_t k, int64_t cols, int64_t n) {
+Panels<A> pack_panels_transposed(const T *src, int64_t ld, int64_t k, int64_t cols, int64_t n) {
     constexpr int64_t NC = kCols<A>;
     return pack<A>(k, n, [&](A *panel, int64_t c0) {
         const int64_t width = std::min(NC, cols - c0);
@@ -520,7 +538,7 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
             }
         return;
     }
-    const std::vector<A> w = pack_panels_transposed<A>(w_h, ldw, state, width, n);
+    const Panels<A> w = pack_panels_transposed<A>(w_h, ldw, state, width, n);
     // One part's step: the rows [first, first + now) (a packed batch's shrink: only the rows the
     // step has) and state columns [s0, s1): left <- h_{t-1}, rec <- the product with the
     // columns of the three gates (the panels that hold them: one product where they meet), the
@@ -617,7 +635,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
             for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
         return;
     }
-    const std::vector<A> w = pack_panels<A>(w_h, ldw, k, state, n);
+    const Panels<A> w = pack_panels<A>(w_h, ldw, k, state, n);
     // A part's rows [first, first + count) and state columns [s0, s1), with its buffers: left
     // (d_gates of a step, its rows past the next step's zero, never written: a packed batch's
     // rows enter at their own last step, with no gradient from a later one), rec (zero to start
@@ -691,7 +709,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
 // left (row stride k); store(first, count, out) takes their product (row stride np).  Each
 // element is one sum over k in order, whichever part computes it.
 template <typename A, typename Fill, typename Store>
-void product_in_blocks(int64_t m, int64_t k, const std::vector<A> &w, int64_t np, Fill &&fill, Store &&store) {
+void product_in_blocks(int64_t m, int64_t k, const Panels<A> &w, int64_t np, Fill &&fill, Store &&store) {
     const int64_t tile = tile_rows(), block = 8 * tile, blocks = (m + block - 1) / block;
     const double work = double(m) * double(k) * double(np);
     const int64_t parts = std::max<int64_t>(
@@ -723,7 +741,7 @@ void input_half(const T *input, const T *weights, const T *bias, T *gates, int64
                 int64_t state) {
     using A = prl::acc_t<T>;
     const int64_t width = 3 * state, n = round_up(width, kCols<A>), ldw = state + features;
-    const std::vector<A> w = pack_panels_transposed<A>(weights + state, ldw, features, width, n);
+    const Panels<A> w = pack_panels_transposed<A>(weights + state, ldw, features, width, n);
     std::vector<A> b((size_t)width, A(0));
     if (bias != nullptr) to_arithmetic(bias, width, b.data());
     product_in_blocks<A>(
@@ -745,7 +763,7 @@ void matmul(const T *a, int64_t lda, bool transposed, const T *b, int64_t ldb, T
             int64_t n, int64_t k) {
     using A = prl::acc_t<T>;
     const int64_t np = round_up(n, kCols<A>);
-    const std::vector<A> w = pack_panels<A>(b, ldb, k, n, np);
+    const Panels<A> w = pack_panels<A>(b, ldb, k, n, np);
     product_in_blocks<A>(
         m, k, w, np,
         [&](int64_t first, int64_t count, A *left) {
