@@ -186,16 +186,17 @@ template <typename A> class Panels {
 };
 
 // w for `product`: a k x cols matrix, zero columns up to n (a multiple of kCols), in panels of
-// kCols columns, each k x kCols contiguous; the panels split among all the threads, each part
-// zeroing and filling its own.  On a 16-core Xeon, against the buffer zeroed by the calling
-// thread and parts of at least kGrain elements (6 parts for W_h at S = 256), the sequence loops
-// took 0.82 / 0.85x the time (inference / fwd+bwd) at (T, B, I, S) = (30, 4, 256, 256), 0.90 /
-// 0.92x at (100, 1, 256, 256), 0.93-1.02x elsewhere (benchmarks/NOTES.md).
-// fill(panel, c0) writes the panel of columns [c0, c0 + kCols) (of them, those below cols).
+// kCols columns, each k x kCols contiguous; from kGrain elements on, the panels split among all
+// the threads, each part zeroing and filling its own.  On a 16-core Xeon, against the buffer
+// zeroed by the calling thread and parts of at least kGrain elements (6 parts for W_h at
+// S = 256), the sequence loops took 0.82 / 0.85x the time (inference / fwd+bwd) at (T, B, I, S) =
+// (30, 4, 256, 256), 0.90 / 0.92x at (100, 1, 256, 256), 0.93-1.02x elsewhere
+// (benchmarks/NOTES.md).  fill(panel, c0) writes the panel of columns [c0, c0 + kCols) (of them,
+// those below cols).
 template <typename A, typename Fill> Panels<A> pack(int64_t k, int64_t n, Fill &&fill) {
     constexpr int64_t NC = kCols<A>;
     Panels<A> w(k * n);
-    const int64_t panels = n / NC, parts = std::min(panels, prl::cpu_threads());
+    const int64_t panels = n / NC, parts = k * n < prl::kGrain ? 1 : std::min(panels, prl::cpu_threads());
     prl::run_parts(parts, [&](int64_t p) {
         const int64_t begin = p * panels / parts * NC, end = (p + 1) * panels / parts * NC;
         std::fill(w.data() + begin * k, w.data() + end * k, A(0));
