@@ -1071,15 +1071,17 @@ def test_fused_kernels_refuse_what_does_not_fit(monkeypatch):
 
 
 @pytest.mark.parametrize("product", ["own", "torch's BLAS"])
-@pytest.mark.parametrize("steps,batch,features,state", [(5, 1, 16, 256), (3, 1, 5, 400), (4, 2, 7, 300),
-                                                       (3, 4, 0, 256)])
+@pytest.mark.parametrize("steps,batch,features,state", [(5, 1, 16, 256), (12, 1, 5, 400), (8, 2, 7, 300),
+                                                       (6, 4, 0, 256), (16, 4, 8, 256)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_cpu_loop_small_batch_wide_state(monkeypatch, product, steps, batch, features, state, dtype):
-    """The CPU loop where each step's product is split by columns (the library's own product,
-    from 3 threads on at the last three sizes; one-row tiles of 2-4 panels for a batch of
-    one, the panels left over one by one) or made by torch's BLAS (batches of at most 4
-    rows; handed over here whatever the CPU): against the float64 reference, every gradient,
-    at one and at several threads."""
+    """The CPU loop where the batch is too small for the threads: with the library's own
+    product, at 3 threads, the grid of rows and state columns at the last four sizes (states of
+    400 and 300 not in whole 32-column panels: the parts' boundary panels computed twice), and
+    one-row tiles of 2-4 panels for a batch of one, the panels left over one by one; with
+    torch's BLAS (batches of at most 4 rows; handed over here whatever the CPU) one BLAS call a
+    step, but the grid at (16, 4, 8, 256), 64 rows a sequence.  Against the float64 reference,
+    every gradient, at one and at several threads."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
     lib = pyroundlib._ffi.library()
     gemm = (None, None) if product == "own" else _threads.blas_gemm(any_cpu=True)

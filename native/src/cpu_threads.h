@@ -35,10 +35,10 @@ void run_parts(int64_t parts, const std::function<void(int64_t)> &part);
 // A loop whose rounds depend on each other, in one parallel region: part(r, p) for every p in
 // [0, parts(r)) (1 <= parts(r) <= most), every part of round r after every part of round
 // r - 1 has returned and with its writes visible.  Where a loop would fork and join once a
-// round (a sequence's steps: a product split by columns, then the cells), its rounds are
-// joined by an atomic counter instead, at a fraction of a microsecond where a fork-join costs
-// several.  Up to min(most, cpu_threads()) threads; member m first takes part m of a round
-// (the same columns of the weights every step, so they stay in that core's cache), then
+// round (a sequence's steps, each part's product and cells of its rows and state columns), its
+// rounds are joined by an atomic counter instead, at a fraction of a microsecond where a
+// fork-join costs several.  Up to min(most, cpu_threads()) threads; member m first takes part m
+// of a round (the same columns of the weights every step, so they stay in that core's cache), then
 // any part still unclaimed.  A thread waits for a round only while another thread runs one
 // of its parts, so the loop completes on however many threads the runner gives, one
 // included.  part must not throw.

@@ -16,9 +16,10 @@
 //   - by rows, each part running the whole sequence for its rows with no synchronisation
 //     (row b of a step reads only row b of the step before), where the batch has enough
 //     rows for the threads;
-//   - else step by step: each step's product split by columns among the threads (or, where
-//     a BLAS was handed over, prl_set_cpu_gemm, one BLAS call threaded by the BLAS), then its
-//     cells by rows.
+//   - else step by step: each part a range of rows and of state columns, its product with the
+//     columns of W_h its three gates need, then those cells (the grid), or, where a BLAS was
+//     handed over (prl_set_cpu_gemm), for short sequences one BLAS call a step threaded by the
+//     BLAS, then the cells by rows.
 // Each element is computed by the same tile code in the same order however the work is
 // split, so every result is bit for bit the same at any thread count (with a BLAS, as far as
 // its own results are: MKL's agree at 1-5 threads, not at 16 on a 16-core Xeon).
@@ -347,11 +348,11 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     64, 16, 256), but 1.26x at (8, 32, 8, 64) training (0.4M multiply-adds a part), which the
 //     minimum keeps on 6 (benchmarks/NOTES.md).  Parts of a single row where the batch has
 //     kMinRowSplitBatch rows or more, else of kMinPartRows: at B = 8-16 on the Xeon the 4-row
-//     parts left the row split at 2-4 parts, so the step split ran, each step a round of all
+//     parts left the row split at 2-4 parts, so a column split ran, each step a round of all
 //     16 threads; parts of one or two rows took 0.52-0.67x the time in inference and 0.58-0.80x
 //     in fwd+bwd at (30, 8 and 16, 256, 256), (100, 8, 128, 128), (100, 12, 64, 256), within
-//     the noise at B = 32-64.  Smaller batches keep the step split: on the 2-core VM a batch of
-//     2 in two 1-row parts took up to 1.2x its time (50, 2, 64, 512).  Machines with threads no
+//     the noise at B = 32-64.  Smaller batches keep to the split below: on the 2-core VM a batch
+//     of 2 in two 1-row parts took up to 1.2x the column split's time (50, 2, 64, 512).  Machines with threads no
 //     more than tiles (two threads) split as before;
 //   - by rows and state columns (grid_rows x grid_columns parts, the grid), where the batch has
 //     too few rows for the threads: where a column split of a step (step_parts ranges of
