@@ -449,14 +449,6 @@ struct Plan {
     }
 };
 
-// c[:rows] = left[:rows] @ W by the BLAS, one call (w_blas, ld_blas, transposed: as
-// Blas::product's b).
-template <typename A>
-void blas_step(const prl::Blas<A> &blas, const A *left, int64_t k, int64_t cols, const A *w_blas, int64_t ld_blas,
-               bool transposed, A *c, int64_t ldc, int64_t rows) {
-    blas.product(left, k, w_blas, ld_blas, transposed, c, ldc, rows, cols, k);
-}
-
 // The columns [begin, end) of a product for the columns [a, b) of a grid part: the whole panels
 // that hold them.  The columns past [a, b) in those panels are computed too, into the part's
 // own buffer, and not read.
@@ -522,7 +514,7 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
         to_arithmetic(h0, cell, left.data());
         for (int64_t t = 0; t < steps; ++t) {
             const int64_t now = rows.at(t);
-            blas_step(blas, left.data(), state, width, w_blas, ld_blas, true, rec.data(), n, now);
+            blas.product(left.data(), state, w_blas, ld_blas, true, rec.data(), n, now, width, state);
             T *gates_t = gates + rows.first(t) * width, *h_t = output + rows.first(t) * state;
             T *c_t = cells + rows.first(t) * state;
             const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
@@ -619,7 +611,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
             // rec: zeros for the last step, which gets no gradient from a later one, and for
             // rows past those of step t + 1 (never written)
             if (t + 1 < steps)
-                blas_step(blas, left.data(), k, state, w_blas, ld_blas, false, rec.data(), n, rows.at(t + 1));
+                blas.product(left.data(), k, w_blas, ld_blas, false, rec.data(), n, rows.at(t + 1), state, k);
             const T *grad_t = grad_output + rows.first(t) * state, *gates_t = gates + rows.first(t) * k;
             const T *old_cell = t == 0 ? c0 : cells + rows.first(t - 1) * state;
             T *d_gates_t = d_gates + rows.first(t) * k;
@@ -632,7 +624,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
         }
         for (int64_t i = 0; i < cell; ++i) d_c0[i] = prl::store<T>(d_cell[(size_t)i]);  // exact: stored values
         // d_h0 = d_gates[0] @ W_h
-        blas_step(blas, left.data(), k, state, w_blas, ld_blas, false, rec.data(), n, batch);
+        blas.product(left.data(), k, w_blas, ld_blas, false, rec.data(), n, batch, state, k);
         for (int64_t b = 0; b < batch; ++b)
             for (int64_t j = 0; j < state; ++j) d_h0[b * state + j] = prl::store<T>(rec[(size_t)(b * n + j)]);
         return;
