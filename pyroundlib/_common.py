@@ -161,10 +161,11 @@ def function_for(op, traced, eager):
       Function's forward with grad mode off (torch 2.13: the program's outputs would not be
       differentiable), torch 2.4's non-strict export fails on a Function, and ``jit.trace``
       records a Function as a Python op that a saved trace cannot replay;
-    - while torch.compile traces, ``traced.apply``: the same Function without ``jvp``, which
-      Dynamo refuses.  A Function, not the op: torch.func transforms inside compiled code
-      (``grad``, ``vjp``, ``jacrev``) need a Function with ``setup_context``, which
-      torch.library's autograd wrapper of an op is not.
+    - while torch.compile traces, ``traced.apply`` (on views of the tensors: ``_apply_traced``):
+      the same Function without ``jvp``, which Dynamo refuses.  A Function, not the op:
+      torch.func transforms inside compiled code (``grad``, ``vjp``, ``jacrev``) need a
+      Function with ``setup_context``, which torch.library's autograd wrapper of an op is not
+      (before torch 2.15: pytorch/pytorch#170834).
 
     Under torch.compile with grad mode off (inference) no autograd node is wanted either: the
     op too.  (torch 2.4's Dynamo inlines a ``setup_context`` Function's forward with a ``ctx``
@@ -173,8 +174,19 @@ def function_for(op, traced, eager):
 
     Eager mode, the hot path, asks two questions (export implies ``is_compiling()``)."""
     if torch.compiler.is_compiling():
-        return op if exporting() or not torch.is_grad_enabled() else traced.apply
+        return op if exporting() or not torch.is_grad_enabled() else lambda *args: _apply_traced(traced, args)
     return op if torch.jit.is_tracing() else eager.apply
+
+
+def _apply_traced(function, args):
+    """``function.apply`` as torch.compile traces it, on views of the tensors.  Dynamo applies a
+    Function as an autograd node only where it knows an argument to require grad; else it runs
+    the forward as plain code.  A torch.func transform's own inputs (``grad(f)(x)`` inside
+    compiled code, ``f`` calling an entry point on ``x``) it takes for tensors that require no
+    grad, so the forward's op met torch.func with torch.library's autograd wrapper, which torch
+    before 2.15 rejects ("it must override the setup_context staticmethod"); a view is an op,
+    whose result Dynamo knows to require grad.  A view costs nothing in the compiled graph."""
+    return function.apply(*(t.view_as(t) if isinstance(t, torch.Tensor) else t for t in args))
 
 
 # autocast casts these (not float64), as it does for the ops it runs in lower precision
