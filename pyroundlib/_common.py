@@ -174,8 +174,17 @@ def function_for(op, traced, eager):
 
     Eager mode, the hot path, asks two questions (export implies ``is_compiling()``)."""
     if torch.compiler.is_compiling():
-        return op if exporting() or not torch.is_grad_enabled() else lambda *args: _apply_traced(traced, args)
+        if exporting() or not torch.is_grad_enabled() or not _KNOWS_EXPORT:
+            return op
+        return lambda *args: _apply_traced(traced, args)
     return op if torch.jit.is_tracing() else eager.apply
+
+
+# Whether this torch tells strict export from torch.compile (torch.compiler.is_exporting, from
+# torch 2.7).  Before it, torch.compile too records the op: strict export applied the Function
+# with grad mode off (torch 2.6: an exported program that cannot be differentiated), and
+# torch.func inside compiled code, what the Function is there for, failed on those torches anyway.
+_KNOWS_EXPORT = hasattr(torch.compiler, "is_exporting")
 
 
 def _apply_traced(function, args):
