@@ -181,8 +181,8 @@ def function_for(op, traced, eager):
 
 
 # Whether this torch tells strict export from torch.compile (torch.compiler.is_exporting, from
-# torch 2.7).  Before it, torch.compile too records the op: strict export applied the Function
-# with grad mode off (torch 2.6: an exported program that cannot be differentiated), and
+# torch 2.7).  Before it, torch.compile too records the op: torch 2.6's strict export applied
+# the Function with grad mode off (an exported program that cannot be differentiated), and
 # torch.func inside compiled code, what the Function is there for, failed on those torches anyway.
 _KNOWS_EXPORT = hasattr(torch.compiler, "is_exporting")
 
