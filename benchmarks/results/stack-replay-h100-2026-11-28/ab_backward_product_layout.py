@@ -1,6 +1,10 @@
 """A/B in alternating fresh processes of pyroundlib trees (same library): fwd+bwd rows the backward's step product serves.
 python ab3.py main ROUNDS NAME=TREE...  |  python ab3.py worker"""
 import json, os, statistics, subprocess, sys
+from pathlib import Path as _Path
+
+sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))
+import ab  # noqa: E402  benchmarks/ab.py
 
 ROWS = [((100, 256, 512, 1024), "float32"), ((200, 64, 128, 768), "float32"),
         ((100, 256, 512, 1024), "bfloat16"), ((50, 64, 256, 512), "bfloat16")]
@@ -37,27 +41,7 @@ def worker():
     print("JSON" + json.dumps(out))
 
 def main(rounds, names_trees):
-    trees = dict(nt.split("=", 1) for nt in names_trees)
-    names = list(trees)
-    times = {n: [] for n in names}
-    for r in range(rounds):
-        for which in (names if r % 2 == 0 else names[::-1]):
-            env = dict(os.environ, PYTHONPATH=trees[which])
-            p = subprocess.run([sys.executable, __file__, "worker"], env=env, capture_output=True, text=True)
-            line = [l for l in p.stdout.splitlines() if l.startswith("JSON")]
-            if not line:
-                print(which, "failed", p.stdout[-2000:], p.stderr[-3000:], flush=True); continue
-            times[which].append(json.loads(line[0][4:]))
-        print("round", r, "done", flush=True)
-    o = times[names[0]]
-    for k in o[0]:
-        line = f"{k}: {names[0]} {statistics.median(a[k] for a in o):.3f}"
-        for name in names[1:]:
-            n = times[name]
-            ratios = [b[k] / a[k] for a, b in zip(o, n)]
-            line += (f" | {name} {statistics.median(b[k] for b in n):.3f}, /{names[0]} {statistics.median(ratios):.3f}"
-                     f" ({min(ratios):.3f}-{max(ratios):.3f})")
-        print(line, flush=True)
+    ab.main(__file__, rounds, names_trees)  # benchmarks/ab.py
 
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
