@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import STATUS_ERRORS, LibraryLoadError, PyRoundLibError
 
-ABI_VERSION = 14  # must equal PRL_ABI_VERSION of the library loaded
+ABI_VERSION = 15  # must equal PRL_ABI_VERSION of the library loaded
 ENV_VAR = "PYROUNDLIB_LIBRARY"
 
 
@@ -89,9 +89,9 @@ _SIGNATURES: tuple[tuple[str, object, tuple], ...] = (
                                                      _I64, _I64, _I64, _INT, _INT, _P)),
     #                                             gemm handle tf32 grad_output gates w_h ldw w_stride c0 cells d_cell
     #                                             d_h d_gates d_h0 d_c0 batch_sizes steps batch state directions
-    #                                             dtype device stream
+    #                                             parts dtype device stream
     ("prl_lltm_packed_steps_backward_cuda", STATUS, (_P, _P, _INT, _P, _P, _P, _I64, _I64, _P, _P, _P, _P, _P, _P,
-                                                     _P, _P, _I64, _I64, _I64, _I64, _INT, _INT, _P)),
+                                                     _P, _P, _I64, _I64, _I64, _I64, _I64, _INT, _INT, _P)),
     ("prl_lltm_sequence_backward_cuda", STATUS, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _I64, _I64, _INT,
                                                  _INT, _P)),
     #                                             input weights bias h0 c0 output cells gates c_n

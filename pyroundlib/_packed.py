@@ -269,7 +269,7 @@ def _backward_steps(grad_output, grad_c_n, gates, w_h, c0, cells, d_gates, d_h0,
         _steps_backward_kernel(gates, *cublas, grad_output.data_ptr(), gates.data_ptr(), w_h.data_ptr(),
                                w_h.stride(0), 0, c0.data_ptr(), cells.data_ptr(), d_cell.data_ptr(), d_h.data_ptr(),
                                d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.host_array, steps,
-                               pack.batch, state, 1, code)
+                               pack.batch, state, 1, 1, code)
         return
     g, go, dg, old = gates.split(sizes), grad_output.split(sizes), d_gates.split(sizes), (c0, *cells.split(sizes))
     d_cell = (grad_c_n.clone(), grad_c_n.clone())
@@ -320,6 +320,18 @@ def both_forward(data, pack: Pack, params, h0, c0):
     return output, h_n, c_n, outputs, cells, gates
 
 
+SPLIT_PARTS = 8  # slices of a lockstep backward step's inner dimension, where split_parts splits it
+
+
+def split_parts(data: Tensor, state: int) -> int:
+    """In how many slices of its inner dimension (3S) the library's lockstep backward loop
+    runs each step's product d_gates_t @ W_h (prl_lltm_packed_steps_backward_cuda's ``parts``):
+    SPLIT_PARTS in full-precision float32 (CUDA cores, no TF32), else 1 (one strided batch of
+    the two directions)."""
+    split = data.dtype == torch.float32 and not sequence._tensor_core_products(data) and (3 * state) % SPLIT_PARTS == 0
+    return SPLIT_PARTS if split else 1
+
+
 def both_backward(grad_output, grad_h_n, grad_c_n, data, pack: Pack, params, h0, c0, outputs, cells, gates):
     """both_forward's gradients: grad_output [N, 2S] or None, grad_h_n and grad_c_n [2, B, S] or
     None (zero).  The reverse loop of _backward_steps over both directions' rows at once.  ->
@@ -340,10 +352,13 @@ def both_backward(grad_output, grad_h_n, grad_c_n, data, pack: Pack, params, h0,
     c_0 = c0.transpose(0, 1).contiguous()
     cublas = _cublas.for_tensor(data)
     if cublas is not None:  # the same loop in the library, each product by torch's cuBLAS
+        parts = split_parts(data, state)
+        if parts > 1:  # the partial products of a step, [B, 2, parts, S]
+            d_h = data.new_zeros(pack.batch, 2, parts, state)
         _steps_backward_kernel(data, *cublas, go.data_ptr(), gates.data_ptr(), w_h.data_ptr(), state,
                                3 * state * state, c_0.data_ptr(), cells.data_ptr(), d_cell.data_ptr(), d_h.data_ptr(),
                                d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.host_array, pack.steps,
-                               pack.batch, state, 2, code)
+                               pack.batch, state, 2, parts, code)
     else:
         g, gos, dg, old = gates.split(sizes), go.split(sizes), d_gates.split(sizes), (c_0, *cells.split(sizes))
         for t in range(len(sizes) - 1, -1, -1):

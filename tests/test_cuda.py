@@ -213,7 +213,7 @@ def test_upload_in_stream_order_and_into_a_graph():
 def test_packed_step_loop_refuses_bad_arguments():
     """prl_lltm_packed_steps_forward_cuda / _backward_cuda (a pack's step loop over torch's
     cuBLAS): a pack's sizes that grow, start past the batch or are zero, a missing cuBLAS or
-    handle, and a third direction are refused with an error naming the argument, before
+    handle, a third direction and the backward's parts that do not fit are refused with an error naming the argument, before
     anything is launched."""
     import ctypes
 
@@ -229,7 +229,7 @@ def test_packed_step_loop_refuses_bad_arguments():
             _steps_forward_kernel(t, gemm, handle, tf32, p, p, 4, 0, p, p, p, p, array, len(sizes), 3, 4, 1, 0)
         with pytest.raises(ValueError, match=match):
             _steps_backward_kernel(t, gemm, handle, tf32, p, p, p, 4, 0, p, p, p, p, p, p, p, array, len(sizes), 3, 4,
-                                   1, 0)
+                                   1, 1, 0)
     array = (ctypes.c_int64 * 2)(3, 2)
     for args, match in (((None, handle), "'gemm' is NULL"), ((gemm, None), "'handle' is NULL")):
         with pytest.raises(ValueError, match=match):
@@ -238,4 +238,10 @@ def test_packed_step_loop_refuses_bad_arguments():
         _steps_forward_kernel(t, gemm, handle, tf32, p, p, 4, 48, p, p, p, p, array, 2, 3, 4, 3, 0)
     with pytest.raises(ValueError, match="'w_stride'"):
         _steps_forward_kernel(t, gemm, handle, tf32, p, p, 4, 4, p, p, p, p, array, 2, 3, 4, 2, 0)
+    # the backward's parts: 1 to 64 dividing 3 * state; with two directions their W_h back to back
+    for directions, w_stride, parts, match in ((1, 0, 0, "'parts' \\(0\\)"), (1, 0, 5, "'parts' \\(5\\)"),
+                                               (1, 0, 96, "'parts' \\(96\\)"), (2, 60, 2, "'w_stride' \\(60\\)")):
+        with pytest.raises(ValueError, match=match):
+            _steps_backward_kernel(t, gemm, handle, tf32, p, p, p, 4, w_stride, p, p, p, p, p, p, p, array, 2, 3, 4,
+                                   directions, parts, 0)
     assert torch.equal(t, torch.zeros_like(t))

@@ -3,6 +3,7 @@ batch_first, unbatched input, bias=False; against a plain-PyTorch reference (the
 cell in a loop per layer and direction) in float64, and against nn.LSTM's shapes."""
 import copy
 import itertools
+import os
 import warnings
 
 import pytest
@@ -539,16 +540,25 @@ def forced_lockstep(self, x, state, features=None):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-@pytest.mark.parametrize("packed", ["packed", "packed-from-python", "padded"])
+@pytest.mark.parametrize("packed", ["packed", "packed-split", "packed-from-python", "padded"])
 def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     """A bidirectional layer's two directions as one step loop (a pack's: _packed.both_forward,
-    both_backward, on CUDA in the library and from Python; a padded batch's: _Padded.both_forward,
-    both_backward): taken by the rule on CUDA in bfloat16 and float32 at this size, forced
-    elsewhere.  Output, h_n, c_n and the gradients of the input, every parameter and the state
-    against the tutorial cell in float64 on the CPU, each sequence run alone, every element
-    written (on CUDA into NaN-filled memory); inference the same bits as training."""
+    both_backward, on CUDA in the library, there also with each backward step's product split
+    in 3 slices of its inner dimension ("packed-split", in every dtype), and from Python; a
+    padded batch's: _Padded.both_forward, both_backward): taken by the rule on CUDA in bfloat16
+    and float32 at this size, forced elsewhere.  Output, h_n, c_n and the gradients of the
+    input, every parameter and the state against the tutorial cell in float64 on the CPU, each
+    sequence run alone, every element written (on CUDA into NaN-filled memory); inference the
+    same bits as training."""
+    splits = []
     if packed != "padded":
         step_loop_from(monkeypatch, device, "python" if packed.endswith("python") else "library")
+    if packed == "packed-split":
+        monkeypatch.setattr(pyroundlib._packed, "split_parts", lambda data, state: splits.append(3) or 3)
+    elif packed == "packed":  # the rule: no split at S = 6 (3S is not a multiple of SPLIT_PARTS)
+        monkeypatch.setattr(pyroundlib._packed, "split_parts",
+                            lambda data, state, rule=pyroundlib._packed.split_parts: splits.append(rule(data, state))
+                            or splits[-1])
     packed = packed != "padded"
     layout = pyroundlib.layer._Packed if packed else pyroundlib.layer._Padded
     if not (device == "cuda" and dtype in (torch.bfloat16, torch.float32)):
@@ -574,6 +584,8 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     weights = [torch.randn(t.shape, dtype=torch.float64) for t in results]
     inputs = [x, *layer.parameters(), *state]
     grads = torch.autograd.grad(sum((t.double() * w.to(device)).sum() for t, w in zip(results, weights)), inputs)
+    if packed and device == "cuda" and not os.environ.get(_cublas.ENV_VAR):  # both layers' backward, in the library
+        assert splits in ([3, 3], [1, 1]), splits
     ref = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
     ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
     ref_inputs = [t.detach().cpu().double().requires_grad_() for t in (x, *state)]
@@ -697,6 +709,19 @@ def test_fused_stack_replayed_from_graphs(monkeypatch, dtype, loss, keep, device
     assert all(isinstance(g, torch.cuda.CUDAGraph) for g in pyroundlib.graphs._graphs.values())
     assert torch.cuda.current_device() == 0
     pyroundlib.graphs.clear()
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["tf32-off", "tf32-on"])
+def test_split_parts_rule(monkeypatch, tf32):
+    """A pack's lockstep backward splits each step's product (prl_lltm_packed_steps_backward_cuda's
+    parts) in SPLIT_PARTS slices in full-precision float32 where they divide 3S; else not."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    rule, parts = pyroundlib._packed.split_parts, pyroundlib._packed.SPLIT_PARTS
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        data = torch.empty(2, 3, dtype=dtype)
+        for state in (64, 768, 6):
+            split = dtype == torch.float32 and not tf32 and 3 * state % parts == 0
+            assert rule(data, state) == (parts if split else 1)
 
 
 @requires_cuda

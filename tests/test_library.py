@@ -21,7 +21,7 @@ LIB = Path(pyroundlib.library_info()["path"])
 def test_library_info():
     info = pyroundlib.library_info()
     assert Path(info["path"]).exists()
-    assert info["abi_version"] == pyroundlib.ABI_VERSION == 14  # native/include/pyroundlib.h
+    assert info["abi_version"] == pyroundlib.ABI_VERSION == 15  # native/include/pyroundlib.h
     assert isinstance(info["cuda"], bool)
     if info["cuda"]:
         assert any(a.startswith("90") for a in info["cuda_architectures"])  # H100/H200

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PRL_ABI_VERSION 14
+#define PRL_ABI_VERSION 15
 
 typedef enum prl_status {
     PRL_SUCCESS = 0,
@@ -317,7 +317,12 @@ PRL_API prl_status prl_upload_cuda(void *dst, const int64_t *src, int64_t count,
  * Backward: grad_output [N, D, state] (h_n's gradient already added at each row's last
  *   step); d_cell two [batch, D, state] buffers back to back, each holding grad_c_n on entry
  *   (work space, overwritten); d_h [batch, D, state] zeros on entry (work space); d_gates
- *   [N, D, 3*state], d_h0, d_c0 [batch, D, state] are written. */
+ *   [N, D, 3*state], d_h0, d_c0 [batch, D, state] are written.
+ * Backward's `parts`: 1, or p > 1 (at most 64, dividing 3*state; the directions' W_h back to
+ *   back: w_stride = 3*state*ldw): each step's product d_gates_t @ W_h then runs as one strided
+ *   batch of D * p products over slices of the 3*state inner dimension, whose partial results
+ *   the next step's pointwise kernel adds as it reads them; d_h is then [batch, D, p, state]
+ *   work space, zeros on entry.  The step at t = 0 writes d_h0 with the whole product. */
 typedef int (*prl_cublas_gemm_fn)(void *handle, int transa, int transb, int m, int n, int k, const void *alpha,
                                   const void *a, int a_type, int lda, long long stride_a, const void *b, int b_type,
                                   int ldb, long long stride_b, const void *beta, void *c, int c_type, int ldc,
@@ -334,7 +339,8 @@ PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gemm_fn gemm, 
                                                        const void *cells, void *d_cell, void *d_h, void *d_gates,
                                                        void *d_h0, void *d_c0, const int64_t *batch_sizes,
                                                        int64_t steps, int64_t batch, int64_t state,
-                                                       int64_t directions, int dtype, int device, void *stream);
+                                                       int64_t directions, int64_t parts, int dtype, int device,
+                                                       void *stream);
 PRL_API prl_status prl_lltm_sequence_forward_cuda(void *gates, const void *w_h, int64_t ldw,
                                                   const void *h0, const void *c0,
                                                   void *output, void *cells, void *c_n,

@@ -68,7 +68,8 @@ PRL_API prl_status prl_lltm_packed_steps_forward_cuda(prl_cublas_gemm_fn, void *
 PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gemm_fn, void *, int, const void *, const void *,
                                                        const void *, int64_t, int64_t, const void *, const void *,
                                                        void *, void *, void *, void *, void *, const int64_t *,
-                                                       int64_t, int64_t, int64_t, int64_t, int, int, void *) {
+                                                       int64_t, int64_t, int64_t, int64_t, int64_t, int, int,
+                                                       void *) {
     return not_compiled(__func__);
 }
 

@@ -72,16 +72,20 @@ PRL_HD void lltm_forward_cols(I row, I col, I state, const T *gates, const T *ol
 // grad_h / grad_cell may be NULL: a zero gradient.  has_h / has_cell say whether they
 // are there: a plain bool on the GPU (a uniform branch), a std::integral_constant on
 // the CPU, where a compile-time answer keeps the loop free of branches (vectorisable).
-// The gradient of new_h is grad_h plus `parts` more terms, grad_h_parts[p * part_stride + k]
-// (a product split along its inner dimension, whose partial products this adds up), summed in
-// the arithmetic type in the order p = 0, 1, ...; `parts` is an int on the GPU, and on the CPU
-// std::integral_constant<int, 0> where there are none.
+// The gradient of new_h is grad_h plus `parts` more terms, term p of the cell's element
+// (row, col) at grad_h_parts[p * part_stride + row * part_row + col] (a product split along its
+// inner dimension, whose partial products this adds up), summed in the arithmetic type in the
+// order p = 0, 1, ...; `parts` is an int on the GPU, and on the CPU std::integral_constant<int, 0>
+// where there are none.  [parts, batch, state] terms: part_stride = batch * state, part_row =
+// state; [batch, parts, state] (one strided-batched product's parts of each row side by side):
+// part_stride = state, part_row = parts * state.
 constexpr int kMaxLltmParts = 64;  // the most terms prl_lltm_backward_parts_* adds to grad_h
 
 template <int V, typename T, typename I, typename FlagH, typename FlagCell, typename Parts = std::integral_constant<int, 0>>
 PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *grad_cell, FlagH has_h,
                                FlagCell has_cell, const T *gates, const T *old_cell, T *d_gates, T *d_old_cell,
-                               const T *grad_h_parts = nullptr, Parts parts = {}, I part_stride = 0) {
+                               const T *grad_h_parts = nullptr, Parts parts = {}, I part_stride = 0,
+                               I part_row = 0) {
     using A = acc_t<T>;
     const I k = row * state + col, g = row * 3 * state + col;
     const Vec<T, V> gi = load_vec<V>(gates + g), go = load_vec<V>(gates + g + state),
@@ -95,7 +99,7 @@ PRL_HD void lltm_backward_cols(I row, I col, I state, const T *grad_h, const T *
 #endif
     for (int j = 0; j < V; ++j) d_h[j] = has_h ? load(gh.v[j]) : A(0);
     for (int p = 0; p < int(parts); ++p) {
-        const Vec<T, V> term = load_vec<V>(grad_h_parts + p * part_stride + k);
+        const Vec<T, V> term = load_vec<V>(grad_h_parts + p * part_stride + row * part_row + col);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif

@@ -65,7 +65,8 @@ PRL_CPU_CLONES void backward_parts_rows(int64_t first, int64_t last, int64_t bat
     for (int64_t row = first; row < last; ++row)
         for (int64_t col = 0; col < state; ++col)
             prl::lltm_backward_cols<1, T, int64_t>(row, col, state, grad_h, grad_cell, has_h, has_cell, gates,
-                                                   old_cell, d_gates, d_old_cell, grad_h_parts, parts, batch * state);
+                                                   old_cell, d_gates, d_old_cell, grad_h_parts, parts, batch * state,
+                                                   state);
 }
 
 // Calls rows(has_h, has_cell) with std::true_type / std::false_type for whether grad_h and

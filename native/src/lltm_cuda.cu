@@ -24,19 +24,20 @@ __global__ void lltm_forward_kernel(const T *__restrict__ gates, const T *__rest
     }
 }
 
-// grad_h_parts: `parts` more terms of the gradient of new_h, part_stride elements apart
-// (prl_lltm_backward_parts_cuda; none for prl_lltm_backward_cuda).
+// grad_h_parts: `parts` more terms of the gradient of new_h, laid out as lltm_backward_cols
+// says (part_stride, part_row; prl_lltm_backward_parts_cuda's [parts, batch, state], a split
+// step product's [batch, parts, state]; none for prl_lltm_backward_cuda).
 template <typename T, int V, typename I>
 __global__ void lltm_backward_kernel(const T *__restrict__ grad_h, const T *__restrict__ grad_cell,
                                      const T *__restrict__ gates, const T *__restrict__ old_cell,
                                      T *__restrict__ d_gates, T *__restrict__ d_old_cell, I groups, I state,
-                                     const T *__restrict__ grad_h_parts, int parts, I part_stride) {
+                                     const T *__restrict__ grad_h_parts, int parts, I part_stride, I part_row) {
     const I groups_per_row = state / V;
     PRL_CUDA_KERNEL_LOOP_TYPE(k, groups, I) {
         const I row = k / groups_per_row;
         prl::lltm_backward_cols<V, T, I>(row, (k - row * groups_per_row) * V, state, grad_h, grad_cell,
                                          grad_h != nullptr, grad_cell != nullptr, gates, old_cell, d_gates,
-                                         d_old_cell, grad_h_parts, parts, part_stride);
+                                         d_old_cell, grad_h_parts, parts, part_stride, part_row);
     }
 }
 
@@ -146,11 +147,12 @@ bool all_aligned16(std::initializer_list<const void *> pointers) {
 }
 
 // The backward kernel over a [batch, state] cell (batch * state > 0), the gradient of new_h
-// being grad_h plus `parts` terms of grad_h_parts (none: parts = 0).
+// being grad_h plus `parts` terms of grad_h_parts (none: parts = 0), [parts, batch, state], or
+// [batch, parts, state] where side_by_side.
 template <typename T>
 void launch_backward(const void *grad_h, const void *grad_h_parts, int64_t parts, const void *grad_cell,
                      const void *gates, const void *old_cell, void *d_gates, void *d_old_cell, int64_t batch,
-                     int64_t state, cudaStream_t stream) {
+                     int64_t state, cudaStream_t stream, bool side_by_side = false) {
     const bool aligned = all_aligned16({grad_h, grad_h_parts, grad_cell, gates, old_cell, d_gates, d_old_cell});
     dispatch_lltm<T>(
         batch, state, aligned,
@@ -159,7 +161,8 @@ void launch_backward(const void *grad_h, const void *grad_h_parts, int64_t parts
             lltm_backward_kernel<T, decltype(tag)::vec, I><<<prl::cuda_blocks(groups), prl::kCudaNumThreads, 0, stream>>>(
                 static_cast<const T *>(grad_h), static_cast<const T *>(grad_cell), static_cast<const T *>(gates),
                 static_cast<const T *>(old_cell), static_cast<T *>(d_gates), static_cast<T *>(d_old_cell), (I)groups,
-                (I)state, static_cast<const T *>(grad_h_parts), (int)parts, (I)(batch * state));
+                (I)state, static_cast<const T *>(grad_h_parts), (int)parts,
+                (I)(side_by_side ? state : batch * state), (I)(side_by_side ? parts * state : state));
         },
         parts);
 }
@@ -382,7 +385,7 @@ extern "C" PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gem
                                                                   void *d_h, void *d_gates, void *d_h0, void *d_c0,
                                                                   const int64_t *batch_sizes, int64_t steps,
                                                                   int64_t batch, int64_t state, int64_t directions,
-                                                                  int dtype, int device, void *stream) {
+                                                                  int64_t parts, int dtype, int device, void *stream) {
     PRL_API_BEGIN
     const char *fn = __func__;
     int64_t rows_in_all = 0;
@@ -391,6 +394,13 @@ extern "C" PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gem
                               {"cells", cells}, {"d_cell", d_cell}, {"d_h", d_h}, {"d_gates", d_gates},
                               {"d_h0", d_h0}, {"d_c0", d_c0}},
                              rows_in_all));
+    if (parts < 1 || parts > prl::kMaxLltmParts || (3 * state) % parts != 0)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: argument 'parts' (%lld) must be 1 to %d and divide "
+                         "3 * state (%lld)", fn, (long long)parts, prl::kMaxLltmParts, (long long)(3 * state));
+    if (parts > 1 && directions == 2 && w_stride != 3 * state * ldw)
+        return prl::fail(PRL_ERROR_INVALID_ARGUMENT, "%s: with parts > 1, argument 'w_stride' (%lld) must be "
+                         "3 * state * ldw (%lld): the directions' W_h back to back", fn, (long long)w_stride,
+                         (long long)(3 * state * ldw));
     return prl::dispatch_dtype(fn, dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const int64_t D = directions, width = D * state;
@@ -409,15 +419,20 @@ extern "C" PRL_API prl_status prl_lltm_packed_steps_backward_cuda(prl_cublas_gem
             const T *old = t == 0 ? static_cast<const T *>(c0)
                                   : static_cast<const T *>(cells) + (row - batch_sizes[t - 1]) * width;
             T *dg = static_cast<T *>(d_gates) + row * 3 * width;
-            launch_backward<T>(static_cast<const T *>(grad_output) + row * width, later ? d_h : nullptr, later ? 1 : 0,
-                               cell_grads[(t + 1) % 2], static_cast<const T *>(gates) + row * 3 * width, old, dg,
-                               t == 0 ? d_c0 : cell_grads[t % 2], rows * D, state, s);
+            launch_backward<T>(static_cast<const T *>(grad_output) + row * width, later ? d_h : nullptr,
+                               later ? parts : 0, cell_grads[(t + 1) % 2],
+                               static_cast<const T *>(gates) + row * 3 * width, old, dg,
+                               t == 0 ? d_c0 : cell_grads[t % 2], rows * D, state, s, true);
             const cudaError_t err = cudaGetLastError();
             if (err != cudaSuccess) return prl::cuda_fail(fn, "the kernel launch", err);
-            // the gradient reaching h_{t-1}[:rows, d] = d_gates_t[:, d] @ W_h[d] (d_h0 at t = 0)
-            const int status = product<T>(gemm, handle, tf32, false, rows, state, 3 * state, dg, 3 * width, 3 * state,
-                                          static_cast<const T *>(w_h), ldw, w_stride, false,
-                                          static_cast<T *>(t == 0 ? d_h0 : d_h), width, state, D);
+            // the gradient reaching h_{t-1}[:rows, d] = d_gates_t[:, d] @ W_h[d] (d_h0 at t = 0), or
+            // its parts: product i = d * parts + p of the batch takes the p-th slice of the 3S inner
+            // dimension (the slices of both directions' W_h evenly spaced, as they lie back to
+            // back) and writes d_h[:rows, d, p]
+            const int64_t split = t == 0 ? 1 : parts, k = 3 * state / split;
+            const int status = product<T>(gemm, handle, tf32, false, rows, state, k, dg, 3 * width, k,
+                                          static_cast<const T *>(w_h), ldw, split > 1 ? k * ldw : w_stride, false,
+                                          static_cast<T *>(t == 0 ? d_h0 : d_h), split * width, state, D * split);
             if (status != 0) return cublas_fail(fn, t, status);
             end = row;
         }
