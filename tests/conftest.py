@@ -69,6 +69,16 @@ def _subnormals_kept():
 
 
 @pytest.fixture(autouse=True)
+def _matmul_tf32_restored():
+    """A test may set torch.backends.cuda.matmul.allow_tf32 (float32 products on tensor cores
+    or not): it is put back after each test.  Not with monkeypatch: the flag is computed by
+    its module object, and recent pytest then deletes the attribute on undo, which fails."""
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+
+
+@pytest.fixture(autouse=True)
 def _fresh_seed():
     """Fresh data every run, reproducible from the seed a failing test's captured output shows."""
     seed = torch.seed() % 2**31

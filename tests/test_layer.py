@@ -626,7 +626,7 @@ def test_padded_lockstep_replayed_from_graphs(monkeypatch, keep, dtype, device):
     stream of the layer's device. On cuda:1, cuda:0 is current throughout."""
     torch.cuda.set_device(0)
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.backends.cuda.matmul.allow_tf32 = False
     assert pyroundlib.layer._products_apart(torch.empty(0, device=device, dtype=dtype)) == (dtype == torch.float32)
     beside, sides = pyroundlib.layer._beside, []
     monkeypatch.setattr(pyroundlib.layer, "_beside",
@@ -674,7 +674,7 @@ def test_fused_stack_replayed_from_graphs(monkeypatch, dtype, loss, keep, device
     graphs over their own tensors; with the results kept alive the addresses move and the loops
     run from Python, never over copies.  On cuda:1, cuda:0 is current throughout."""
     torch.cuda.set_device(0)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.backends.cuda.matmul.allow_tf32 = False
     layer, x, state, weights, inputs = replay_case(device, dtype)
     assert not pyroundlib.layer._Padded(2).lockstep(x, S) and pyroundlib.layer._Padded(2).takes(x, S, 2)
 
@@ -715,7 +715,7 @@ def test_fused_stack_replayed_from_graphs(monkeypatch, dtype, loss, keep, device
 def test_split_parts_rule(monkeypatch, tf32):
     """A pack's lockstep backward splits each step's product (prl_lltm_packed_steps_backward_cuda's
     parts) in SPLIT_PARTS slices in full-precision float32 where they divide 3S; else not."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     rule, parts = pyroundlib._packed.split_parts, pyroundlib._packed.SPLIT_PARTS
     for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         data = torch.empty(2, 3, dtype=dtype)
@@ -731,7 +731,7 @@ def test_lockstep_rule(monkeypatch, dtype):
     batch up to B*S = LOCKSTEP_MAX_WORK of its dtype; a pack at any B*S where the products run on
     tensor cores, else up to the same B*S; never in float64, nor with one direction."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.backends.cuda.matmul.allow_tf32 = False
     limit = pyroundlib.layer.LOCKSTEP_MAX_WORK.get(dtype, 0)
     for batch, state in ((16, 64), (64, 1024), (512, 1024)):
         x = torch.empty(3, batch, 8, device="cuda", dtype=dtype)

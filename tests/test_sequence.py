@@ -699,7 +699,7 @@ def test_graph_made_under_inference_mode_serves_training(monkeypatch, dtype):
     normal tensors, and the results are the plain loop's bits."""
     args = seq_args(19, 3, 5, 24, dtype, "cuda")
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "0")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)  # float32 on tensor cores: replayed
+    torch.backends.cuda.matmul.allow_tf32 = True  # float32 on tensor cores: replayed
     assert sequence._route(args[0], 19, 3, 5, 24, inference=True) == sequence.REPLAYED
     monkeypatch.setenv(graphs.ENV_VAR, "0")
     outs = ours(*args)
@@ -757,7 +757,7 @@ def test_graphs_follow_the_matmul_precision(monkeypatch):
         monkeypatch.setenv(graphs.ENV_VAR, graphs_on)
         graphs.clear()
         for tf32 in (False, False, False, True, True, True):
-            monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
             results.setdefault((graphs_on, tf32), []).append(ours(*args)[0])
     for tf32 in (False, True):
         for got in results[("1", tf32)]:
@@ -946,7 +946,7 @@ CUDA_ROUTES = [
 @pytest.mark.parametrize("dtype,shape,tf32,want", CUDA_ROUTES, ids=str)
 def test_route_by_default(monkeypatch, dtype, shape, tf32, want):
     monkeypatch.delenv(sequence.PERSISTENT_ENV_VAR, raising=False)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     assert sequence._route(torch.empty(1, device="cuda", dtype=dtype), *shape) == want
     if want == sequence.REPLAYED:
         monkeypatch.setenv(graphs.ENV_VAR, "0")
@@ -1280,7 +1280,7 @@ def test_cuda_input_half_by_torch(monkeypatch, dtype):
     Thresholds lowered to 0, so a small sequence takes the GEMM: outputs and gradients against
     the float64 reference either way, and the GEMM's route is the one taken."""
     monkeypatch.setenv(sequence.PERSISTENT_ENV_VAR, "1")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.backends.cuda.matmul.allow_tf32 = False
     args = seq_args(19, 3, 8, 32, dtype, "cuda")
     assert sequence._route(args[0], 19, 3, 8, 32) == sequence.ONE_CALL
     calls = []
