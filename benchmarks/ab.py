@@ -5,7 +5,9 @@ A record's script calls ``ab.main(__file__, rounds, ["NAME=TREE", ...])``; each 
 script as ``SCRIPT worker`` once per tree, with ``PYTHONPATH=TREE`` (the library stays the one
 ``PYROUNDLIB_LIBRARY`` names), the trees' order reversed every other round. The worker prints
 one line ``JSON{"name": milliseconds, ...}``. Printed: each name's median per tree, and the
-median (min-max) over rounds of its ratio to the first tree, the baseline."""
+median (min-max) over rounds of its ratio to the first tree, the baseline; where the worker
+timed a peer beside its own case ("NAME ours" and "NAME nn.LSTM"), each tree's ratio of the two
+within a worker."""
 import json
 import os
 import statistics
@@ -32,6 +34,29 @@ def cuda_time(f, calls: int = 2, reps: int = 5, warmup: int = 5) -> float:
     return statistics.median(times)
 
 
+def stacks(features: int, state: int, **kw):
+    """("ours", a 2-layer bidirectional ``LLTMLayer``) and ("nn.LSTM", the same ``nn.LSTM``)."""
+    import torch
+    import pyroundlib
+    return (("ours", pyroundlib.LLTMLayer(features, state, num_layers=2, bidirectional=True, **kw)),
+            ("nn.LSTM", torch.nn.LSTM(features, state, num_layers=2, bidirectional=True, **kw)))
+
+
+def stack_training(layer, x, lengths, packed: bool):
+    """A call of a stacked layer (``LLTMLayer`` or ``nn.LSTM``) on x [T, B, I], packed by
+    lengths (``enforce_sorted=False``) or padded, and the gradients of its output's, h_n's and
+    c_n's sums in x and every parameter."""
+    import torch
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    def train():
+        given = pack_padded_sequence(x, lengths, enforce_sorted=False) if packed else x
+        output, (h, c) = layer(given)
+        output = output.data if packed else output
+        torch.autograd.grad(output.sum() + h.sum() + c.sum(), [x, *layer.parameters()])
+    return train
+
+
 def main(script: str, rounds: int, names_trees) -> dict:
     """Runs the rounds; -> {tree name: [the worker's dict of each round]}."""
     trees = dict(nt.split("=", 1) for nt in names_trees)
@@ -55,4 +80,19 @@ def main(script: str, rounds: int, names_trees) -> dict:
             line += (f" | {name} {statistics.median(b[k] for b in times[name]):.3f} ms, /{names[0]} "
                      f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
         print(line, flush=True)
+    for name, runs in times.items():
+        for k in runs[0]:
+            if k.endswith(" ours") and k[:-len(" ours")] + " nn.LSTM" in runs[0]:
+                r = [a[k] / a[k[:-len(" ours")] + " nn.LSTM"] for a in runs]
+                print(f"{name}: {k[:-len(' ours')]} / nn.LSTM {statistics.median(r):.3f} ({min(r):.3f}-{max(r):.3f})",
+                      flush=True)
     return times
+
+
+def cli(script: str, worker) -> None:
+    """A record's command line: ``SCRIPT worker`` runs worker(); ``SCRIPT main ROUNDS NAME=TREE ...``
+    the rounds (main)."""
+    if sys.argv[1] == "worker":
+        worker()
+    else:
+        main(script, int(sys.argv[2]), sys.argv[3:])

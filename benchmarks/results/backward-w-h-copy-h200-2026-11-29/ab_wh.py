@@ -2,7 +2,7 @@
 baseline: float32 step loops' backward product from a contiguous W_h against a view of the
 weights; TF32 off. nn.LSTM of the same configuration timed in every worker (the peer).
 python ab_wh.py main ROUNDS NAME=TREE ...   |   python ab_wh.py worker   (benchmarks/ab.py: the harness)"""
-import json, statistics, sys
+import json, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -14,7 +14,6 @@ CASES = [("layer", 100, 256, 512, 1024, False), ("layer", 100, 256, 512, 1024, T
 
 def worker():
     import torch, pyroundlib
-    from torch.nn.utils.rnn import pack_padded_sequence
     torch.backends.cuda.matmul.allow_tf32 = False; torch.backends.cudnn.allow_tf32 = False
     out = {}
     kw = dict(device="cuda", dtype=torch.float32)
@@ -32,28 +31,9 @@ def worker():
             out[name] = ab.cuda_time(ours)
             continue
         lengths = torch.randint(T // 2, T + 1, (B,), generator=torch.Generator().manual_seed(1))
-        for who, m in (("ours", pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, **kw)),
-                       ("nn.LSTM", torch.nn.LSTM(I, S, num_layers=2, bidirectional=True, **kw))):
-            def train():
-                inp = pack_padded_sequence(x, lengths, enforce_sorted=False) if packed else x
-                o, (h, c) = m(inp)
-                o = o.data if packed else o
-                torch.autograd.grad(o.sum() + h.sum() + c.sum(), [x, *m.parameters()])
-            out[f"{name} fwd+bwd {who}"] = ab.cuda_time(train)
+        for who, m in ab.stacks(I, S, **kw):
+            out[f"{name} fwd+bwd {who}"] = ab.cuda_time(ab.stack_training(m, x, lengths, packed))
     print("JSON" + json.dumps(out))
 
-def main(rounds, names_trees):
-    times = ab.main(__file__, rounds, names_trees)
-    o = times[list(times)[0]]
-    names = list(times)
-    for name in names:  # ours / nn.LSTM per worker, median
-        for k in o[0]:
-            if k.endswith(" ours"):
-                r = [a[k] / a[k[:-5] + " nn.LSTM"] for a in times[name]]
-                print(f"{name}: {k[:-5]} / nn.LSTM {statistics.median(r):.3f} ({min(r):.3f}-{max(r):.3f})", flush=True)
-
 if __name__ == "__main__":
-    if sys.argv[1] == "worker":
-        worker()
-    else:
-        main(int(sys.argv[2]), sys.argv[3:])
+    ab.cli(__file__, worker)

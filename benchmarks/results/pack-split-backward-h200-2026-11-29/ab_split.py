@@ -4,7 +4,7 @@ a pack's lockstep backward with each step's product split in slices of its inner
 TF32 off, packed (lengths uniform in [T/2, T], the same pack every call) and padded, forward +
 backward, nn.LSTM of the same configuration in every worker.
 python ab_split.py main ROUNDS NAME=TREE ...   |   python ab_split.py worker   (benchmarks/ab.py)"""
-import json, statistics, sys
+import json, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -16,7 +16,6 @@ CASES = [(200, 64, 128, 768, True), (100, 64, 256, 1024, True), (100, 32, 256, 1
 
 def worker():
     import torch, pyroundlib
-    from torch.nn.utils.rnn import pack_padded_sequence
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     out = {}
@@ -26,29 +25,10 @@ def worker():
         x = torch.randn(T, B, I, **kw, requires_grad=True)
         lengths = torch.randint(T // 2, T + 1, (B,), generator=torch.Generator().manual_seed(1))
         name = f"({T},{B},{I},{S}) " + ("packed" if packed else "padded")
-        for who, m in (("ours", pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, **kw)),
-                       ("nn.LSTM", torch.nn.LSTM(I, S, num_layers=2, bidirectional=True, **kw))):
-            def train():
-                given = pack_padded_sequence(x, lengths, enforce_sorted=False) if packed else x
-                o, (h, c) = m(given)
-                o = o.data if packed else o
-                torch.autograd.grad(o.sum() + h.sum() + c.sum(), [x, *m.parameters()])
-            out[f"{name} fwd+bwd {who}"] = ab.cuda_time(train)
+        for who, m in ab.stacks(I, S, **kw):
+            out[f"{name} fwd+bwd {who}"] = ab.cuda_time(ab.stack_training(m, x, lengths, packed))
     print("JSON" + json.dumps(out))
 
 
-def main(rounds, names_trees):
-    times = ab.main(__file__, rounds, names_trees)
-    for name, runs in times.items():  # ours / nn.LSTM within each worker
-        for k in runs[0]:
-            if k.endswith(" ours"):
-                r = [a[k] / a[k[:-len(" ours")] + " nn.LSTM"] for a in runs]
-                print(f"{name}: {k[:-len(' ours')]} / nn.LSTM {statistics.median(r):.3f} ({min(r):.3f}-{max(r):.3f})",
-                      flush=True)
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == "worker":
-        worker()
-    else:
-        main(int(sys.argv[2]), sys.argv[3:])
+    ab.cli(__file__, worker)
