@@ -346,15 +346,14 @@ def both_backward(grad_output, grad_h_n, grad_c_n, data, pack: Pack, params, h0,
         go.index_add_(0, pack.last, grad_h_n.transpose(0, 1))
     d_cell = grad_c_n.transpose(0, 1).contiguous() if grad_c_n is not None else data.new_zeros(pack.batch, 2, state)
     d_cell = torch.stack((d_cell, d_cell))  # a kernel's input and output must not overlap: two buffers, in turn
-    d_gates, d_h = torch.empty_like(gates), data.new_zeros(pack.batch, 2, state)
-    d_h0, d_c0 = torch.empty_like(d_h), torch.empty_like(d_h)
+    cublas = _cublas.for_tensor(data)
+    parts = 1 if cublas is None else split_parts(data, state)
+    # d_h: the gradient reaching h_t from step t + 1's product, [B, 2, S]; its parts, [B, 2, parts, S]
+    d_gates, d_h = torch.empty_like(gates), data.new_zeros(pack.batch, 2, *([parts] if parts > 1 else []), state)
+    d_h0, d_c0 = data.new_empty(pack.batch, 2, state), data.new_empty(pack.batch, 2, state)
     w_h = torch.stack((w_f[:, :state], w_r[:, :state]))  # [2, 3S, S]
     c_0 = c0.transpose(0, 1).contiguous()
-    cublas = _cublas.for_tensor(data)
     if cublas is not None:  # the same loop in the library, each product by torch's cuBLAS
-        parts = split_parts(data, state)
-        if parts > 1:  # the partial products of a step, [B, 2, parts, S]
-            d_h = data.new_zeros(pack.batch, 2, parts, state)
         _steps_backward_kernel(data, *cublas, go.data_ptr(), gates.data_ptr(), w_h.data_ptr(), state,
                                3 * state * state, c_0.data_ptr(), cells.data_ptr(), d_cell.data_ptr(), d_h.data_ptr(),
                                d_gates.data_ptr(), d_h0.data_ptr(), d_c0.data_ptr(), pack.host_array, pack.steps,

@@ -3,7 +3,6 @@ batch_first, unbatched input, bias=False; against a plain-PyTorch reference (the
 cell in a loop per layer and direction) in float64, and against nn.LSTM's shapes."""
 import copy
 import itertools
-import os
 import warnings
 
 import pytest
@@ -550,7 +549,7 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     input, every parameter and the state against the tutorial cell in float64 on the CPU, each
     sequence run alone, every element written (on CUDA into NaN-filled memory); inference the
     same bits as training."""
-    splits = []
+    splits, in_library = [], device == "cuda" and packed in ("packed", "packed-split")
     if packed != "padded":
         step_loop_from(monkeypatch, device, "python" if packed.endswith("python") else "library")
     if packed == "packed-split":
@@ -584,7 +583,7 @@ def test_directions_in_lockstep(monkeypatch, device, dtype, packed):
     weights = [torch.randn(t.shape, dtype=torch.float64) for t in results]
     inputs = [x, *layer.parameters(), *state]
     grads = torch.autograd.grad(sum((t.double() * w.to(device)).sum() for t, w in zip(results, weights)), inputs)
-    if packed and device == "cuda" and not os.environ.get(_cublas.ENV_VAR):  # both layers' backward, in the library
+    if in_library:  # both layers' backward
         assert splits in ([3, 3], [1, 1]), splits
     ref = pyroundlib.LLTMLayer(I, S, num_layers=2, bidirectional=True, dtype=torch.float64)
     ref.load_state_dict({k: v.detach().cpu().double() for k, v in layer.state_dict().items()})
