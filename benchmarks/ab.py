@@ -3,7 +3,8 @@ scripts share (a record keeps only its worker).
 
 A record's script calls ``ab.main(__file__, rounds, ["NAME=TREE", ...])``; each round runs the
 script as ``SCRIPT worker`` once per tree, with ``PYTHONPATH=TREE`` (the library stays the one
-``PYROUNDLIB_LIBRARY`` names), the trees' order reversed every other round. The worker prints
+``PYROUNDLIB_LIBRARY`` names, unless the tree is given as ``TREE@LIBRARY``: then that library),
+the trees' order reversed every other round. The worker prints
 one line ``JSON{"name": milliseconds, ...}``. Printed: each name's median per tree, and the
 median (min-max) over rounds of its ratio to the first tree, the baseline; where the worker
 timed a peer beside its own case ("NAME ours" and "NAME nn.LSTM"), each tree's ratio of the two
@@ -64,7 +65,8 @@ def main(script: str, rounds: int, names_trees) -> dict:
     times = {n: [] for n in names}
     for r in range(rounds):
         for which in (names if r % 2 == 0 else names[::-1]):
-            env = dict(os.environ, PYTHONPATH=trees[which])
+            tree, _, library = trees[which].partition("@")
+            env = dict(os.environ, PYTHONPATH=tree, **({"PYROUNDLIB_LIBRARY": library} if library else {}))
             p = subprocess.run([sys.executable, script, "worker"], env=env, capture_output=True, text=True)
             line = [l for l in p.stdout.splitlines() if l.startswith("JSON")]
             if not line:

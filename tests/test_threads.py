@@ -348,9 +348,12 @@ SPLITS = {"rows": (8, 23, 64, True),  # 23 rows: tiles of 3 or 6, the last short
           # 23 rows in up to 5 parts of 4-5 rows, fewer than a 6-row tile (AVX-512), at least 2^21
           # multiply-adds a part over the sequence (with 3-row tiles: up to 8 parts of whole tiles)
           "narrow rows": (40, 23, 64, True),
-          # 10 rows (at least 8): parts of a single row from 10 threads on (78M multiply-adds over
-          # the sequence, at least 2^21 a part)
-          "single rows": (40, 10, 256, True),
+          # 10 rows (at least 8) and W_h of 512 KB at most (196 KB in float32): parts of a single row
+          # from 10 threads on (24M multiply-adds over the sequence, at least 2^21 a part)
+          "single rows": (48, 10, 128, True),
+          # the same rows with W_h over 512 KB (786 KB in float32): parts of 4 rows or more, too few
+          # for 3 threads or more, so the grid of rows and state columns from there
+          "grid, wide weights": (24, 10, 256, True),
           # 2 rows, too few for the threads: the grid of rows and state columns from 2 threads on
           # (a round a step; parts of 2^14 multiply-adds a step: up to 2 x 8 at 16 threads)
           "grid": (24, 2, 256, True),

@@ -352,8 +352,16 @@ PRL_CPU_CLONES void backward_cells(int64_t batch, int64_t state, const T *__rest
 //     16 threads; parts of one or two rows took 0.52-0.67x the time in inference and 0.58-0.80x
 //     in fwd+bwd at (30, 8 and 16, 256, 256), (100, 8, 128, 128), (100, 12, 64, 256), within
 //     the noise at B = 32-64.  Smaller batches keep to the split below: on the 2-core VM a batch
-//     of 2 in two 1-row parts took up to 1.2x the column split's time (50, 2, 64, 512).  Machines with threads no
-//     more than tiles (two threads) split as before;
+//     of 2 in two 1-row parts took up to 1.2x the column split's time (50, 2, 64, 512).  But each
+//     row part streams all of W_h from its core's cache every step, for its few rows: where W_h
+//     (as the product reads it) is over kMaxNarrowWeightBytes, parts are of kMinPartRows or more
+//     whatever the batch, and where those are fewer than the threads the grid below takes the
+//     batch (each of its parts reads its slice of W_h).  On the 16-core Xeon the grid took
+//     0.65-0.86x the single-row parts' time at S = 256 (786 KB of float32 weights; (100, 12, 64,
+//     256), (30, 8 and 16, 256, 256), (100, 16, 128, 256)) and 0.38-0.48x at (100, 12, 256, 512),
+//     but 1.06-1.31x at S = 128 (196 KB; (100, 8, 128, 128)) and below, and parts of 4 rows in
+//     place of the grid or of smaller parts lost up to 1.3x (benchmarks/NOTES.md).  Machines with
+//     threads no more than tiles (two threads) split as before;
 //   - by rows and state columns (grid_rows x grid_columns parts, the grid), where the batch has
 //     too few rows for the threads: where a column split of a step (step_parts ranges of
 //     column panels, each with at least kMinStepPartWork multiply-adds a step and
@@ -389,6 +397,7 @@ constexpr double kMinStepPartSequenceWork = double(1 << 21);
 constexpr double kMinGridPartWork = double(1 << 14);
 constexpr int64_t kMinPartRows = 4;
 constexpr int64_t kMinRowSplitBatch = 8;
+constexpr double kMaxNarrowWeightBytes = double(1 << 19);
 constexpr int64_t kBlasMaxBatch = 4;
 constexpr double kBlasMinWork = double(1 << 17);
 constexpr int64_t kGridOverBlasRows = 64;
@@ -405,21 +414,29 @@ struct Plan {
     bool blas;
 
     // a product of [batch, k] x [k, cols] per step (forward: k = state, cols = 3 x state;
-    // backward: k = 3 x state, cols = state), for `steps` steps; have_blas: one is there
-    Plan(int64_t steps, int64_t batch, int64_t k, int64_t cols, int64_t state, int64_t panel_width, bool have_blas) {
+    // backward: k = 3 x state, cols = state) of element_bytes elements, for `steps` steps;
+    // have_blas: one is there
+    Plan(int64_t steps, int64_t batch, int64_t k, int64_t cols, int64_t state, int64_t panel_width,
+         int64_t element_bytes, bool have_blas) {
         const int64_t threads = prl::cpu_threads();
         rows_per_tile = batch == 1 ? 1 : tile_rows();
         const int64_t tiles = (batch + rows_per_tile - 1) / rows_per_tile;
         const int64_t panels = (cols + panel_width - 1) / panel_width;
         const double step_work = double(batch) * double(k) * double(cols);
         const int64_t sequence_parts = limit(double(steps) * step_work / kMinStepPartSequenceWork);
-        const int64_t narrow = std::min(batch >= kMinRowSplitBatch ? batch : batch / kMinPartRows, sequence_parts);
+        const bool wide_weights = double(k) * double(cols) * double(element_bytes) > kMaxNarrowWeightBytes;
+        const int64_t narrow = std::min(batch >= kMinRowSplitBatch && !wide_weights ? batch : batch / kMinPartRows,
+                                        sequence_parts);
         const int64_t by_rows = std::min({threads, std::max(tiles, narrow),
                                           limit(double(steps) * step_work / kMinPartWork)});
         const int64_t step_parts = std::min({threads, panels, limit(step_work / kMinStepPartWork), sequence_parts});
         const bool blas_sizes = have_blas && batch <= kBlasMaxBatch && step_work >= kBlasMinWork;
         blas = blas_sizes && (steps * batch < kGridOverBlasRows || state > kGridOverBlasMaxState);
-        const bool grid = !blas && (blas_sizes || step_parts > 2 * by_rows || (by_rows == 1 && step_parts > 1));
+        // a batch that would have taken single rows but for wide weights, with too few rows for
+        // parts of kMinPartRows on every thread
+        const bool few_wide_rows = wide_weights && batch >= kMinRowSplitBatch && narrow < threads;
+        const bool grid = !blas && (blas_sizes || step_parts > 2 * by_rows || (by_rows == 1 && step_parts > 1) ||
+                                    (few_wide_rows && step_parts > by_rows));
         row_parts = blas || grid ? 0 : by_rows;
         grid_rows = grid_columns = 0;
         if (grid) {
@@ -504,7 +521,7 @@ void forward(T *gates, const T *w_h, int64_t ldw, const T *h0, const T *c0, T *o
     using A = prl::acc_t<T>;
     const int64_t width = 3 * state, n = round_up(width, kCols<A>), cell = batch * state;
     const prl::Blas<A> blas = prl::blas<A>();
-    const Plan plan(steps, batch, state, width, state, kCols<A>, bool(blas));
+    const Plan plan(steps, batch, state, width, state, kCols<A>, (int64_t)sizeof(A), bool(blas));
     if (plan.blas) {
         // step by step, each step's product one BLAS call: left holds h_{t-1}, the cells write
         // the next one
@@ -598,7 +615,7 @@ void backward(const T *grad_output, const T *grad_c_n, const T *gates, const T *
     using A = prl::acc_t<T>;
     const int64_t n = round_up(state, kCols<A>), cell = batch * state, k = 3 * state;
     const prl::Blas<A> blas = prl::blas<A>();
-    const Plan plan(steps, batch, k, state, state, kCols<A>, bool(blas));
+    const Plan plan(steps, batch, k, state, state, kCols<A>, (int64_t)sizeof(A), bool(blas));
     if (plan.blas) {
         // step by step, each step's product one BLAS call: left holds d_gates[t + 1] (rows past
         // it zero: in a packed batch a row enters at its own last step, with no gradient from a
