@@ -7,6 +7,9 @@ CMAKE_ARGS ?=
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 LIB        := libpyroundlib.so
 PYTEST_ARGS ?= -q
+# make test SHARDS=N: pytest in N processes side by side, shard k's output in
+# BUILD_DIR/pytest-shard-k.log (tests/conftest.py assigns test i to shard i mod N)
+SHARDS     ?= 1
 
 .PHONY: all build deps demo test windows test-matrix wheel test-installed test-wheel bench sanitize tsan fuzz cuda-sanitize clean
 
@@ -28,7 +31,16 @@ demo: build deps
 
 test: build deps
 	cd $(BUILD_DIR) && ctest --output-on-failure
+ifeq ($(SHARDS),1)
 	$(PYTHON) -m pytest $(PYTEST_ARGS) tests
+else
+	@pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
+	  PYROUNDLIB_TEST_SHARDS=$(SHARDS) PYROUNDLIB_TEST_SHARD=$$k $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider \
+	    tests > $(BUILD_DIR)/pytest-shard-$$k.log 2>&1 & pids="$$pids $$!"; done; \
+	status=0; for p in $$pids; do wait $$p || status=1; done; \
+	for k in $$(seq 0 $$(($(SHARDS) - 1))); do echo "shard $$k: $$(tail -n 1 $(BUILD_DIR)/pytest-shard-$$k.log)"; \
+	  grep -E "^(FAILED|ERROR)" $(BUILD_DIR)/pytest-shard-$$k.log || true; done; exit $$status
+endif
 
 # windows: the CPU library cross-built for 64-bit Windows with MinGW-w64 (the toolchain file
 # cmake/mingw-w64-x86_64.cmake) into WIN_BUILD_DIR, then checked: pyroundlib.dll imports

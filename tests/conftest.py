@@ -29,6 +29,22 @@ TOLERANCES = {
 }
 
 
+def pytest_collection_modifyitems(config, items):
+    """PYROUNDLIB_TEST_SHARDS=N and PYROUNDLIB_TEST_SHARD=k (0 <= k < N): only the k-th of N
+    shards of the collected tests (test i where i % N == k), so that N processes run the suite
+    side by side (`make test SHARDS=N`: the whole suite on one GPU in minutes, docs/design.md)."""
+    shards = os.environ.get("PYROUNDLIB_TEST_SHARDS", "")
+    if shards in ("", "1"):
+        return
+    shard = os.environ.get("PYROUNDLIB_TEST_SHARD", "")
+    if not (shards.isdigit() and shard.isdigit() and int(shard) < int(shards)):
+        raise pytest.UsageError(f"PYROUNDLIB_TEST_SHARDS ({shards!r}) and PYROUNDLIB_TEST_SHARD ({shard!r}) "
+                                "must be N >= 1 and 0 <= k < N")
+    keep = [i % int(shards) == int(shard) for i in range(len(items))]
+    config.hook.pytest_deselected(items=[item for item, kept in zip(items, keep) if not kept])
+    items[:] = [item for item, kept in zip(items, keep) if kept]
+
+
 def subprocess_env(**extra) -> dict:
     """The environment for a child Python that must import the same pyroundlib as the tests."""
     path = os.pathsep.join(p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH", "")) if p)
